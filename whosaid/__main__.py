@@ -1,0 +1,5 @@
+import sys
+
+from whosaid.cli import main
+
+sys.exit(main())

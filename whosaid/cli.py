@@ -1,0 +1,35 @@
+"""Command line: `python -m whosaid <command>`. Each command lives in its own module, which
+registers its sub-parser here; modules are imported only when their command runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+# command name -> (module, one-line help). The module provides `add_arguments(parser)` and
+# `run(args) -> int`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert": ("whosaid.convert", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
+    "deploy": ("whosaid.deploy", "create and manage the Inference Endpoint"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="whosaid", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module_name)
+        importlib.import_module(module_name).add_arguments(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

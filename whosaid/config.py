@@ -1,0 +1,266 @@
+"""Settings read once at start-up (`ModelSettings`) and per-request parameters (`InferenceConfig`).
+
+Every cross-field rule of a request lives in `InferenceConfig._verify`, in one place, so the
+handler, the server and the CLI accept and reject exactly the same requests.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from whosaid.errors import InvalidParametersError
+
+WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
+WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
+DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
+
+
+class ModelSettings(BaseSettings):
+    """Which models to load and where. Read from environment variables (ASR_MODEL, ...)."""
+
+    model_config = SettingsConfigDict(extra="ignore", protected_namespaces=(), frozen=True)
+
+    asr_model: str = Field(
+        description="Whisper model: a Hub id (openai/whisper-large-v3) or a local directory."
+    )
+    assistant_model: Optional[str] = Field(
+        default=None,
+        description="Assistant for speculative decoding: a distil-whisper style model whose decoder "
+        "reads the main model's encoder output, or a full Whisper model with the same tokenizer.",
+    )
+    diarization_model: Optional[str] = Field(
+        default=None,
+        description="pyannote pipeline: a Hub id (pyannote/speaker-diarization-community-1, "
+        "pyannote/speaker-diarization-3.1) or a local directory holding config.yaml.",
+    )
+    hf_token: Optional[SecretStr] = Field(
+        default=None, description="Hugging Face token for gated models. Never logged."
+    )
+    device: str = Field(
+        default="auto", description="'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:N'."
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="auto", description="'auto' is float16 on CUDA and float32 on CPU."
+    )
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
+        default="auto", description="'auto' is SDPA (flash attention kernels on CUDA)."
+    )
+
+    @field_validator("assistant_model", "diarization_model", "hf_token", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        # An endpoint form or a shell often sets a variable to "" to mean "not set".
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value in ("auto", "cpu", "cuda", "mps") or (
+            value.startswith("cuda:") and value[5:].isdigit()
+        ):
+            return value
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, not {value!r}")
+
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.device != "auto":
+            return self.device
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
+        import torch
+
+        if self.dtype != "auto":
+            return getattr(torch, self.dtype)
+        return torch.float16 if self.resolved_device().startswith("cuda") else torch.float32
+
+    def resolved_attn_implementation(self) -> str:
+        return "sdpa" if self.attn_implementation == "auto" else self.attn_implementation
+
+    def token(self) -> Optional[str]:
+        return self.hf_token.get_secret_value() if self.hf_token else None
+
+
+@functools.lru_cache(maxsize=1)
+def get_model_settings() -> ModelSettings:
+    """The settings of this process, built on first use (never at import time).
+
+    Tests and the CLI call `get_model_settings.cache_clear()` after changing the environment.
+    """
+    return ModelSettings()
+
+
+SpeakerCount = Optional[int]
+
+
+class InferenceConfig(BaseModel):
+    """Per-request parameters, as sent in the `parameters` dict of a request."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    task: Literal["transcribe", "translate"] = Field(
+        default="transcribe", description="transcribe in the spoken language, or translate to English"
+    )
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        le=256,
+        description="chunks decoded together on the batched path; assisted decoding needs 1",
+    )
+    assisted: Union[bool, Literal["auto"]] = Field(
+        default="auto",
+        description="speculative decoding with the assistant model: true, false, or 'auto' "
+        "(assisted when an assistant is loaded and the audio fits in one chunk)",
+    )
+    chunk_length_s: float = Field(
+        default=WHISPER_WINDOW_S,
+        gt=0,
+        le=WHISPER_WINDOW_S,
+        description="length of the windows long audio is cut into, in seconds (at most 30)",
+    )
+    sampling_rate: int = Field(
+        default=WHISPER_SAMPLE_RATE_HZ,
+        ge=1_000,
+        le=384_000,
+        description="rate of raw PCM float arrays; encoded audio carries its own rate",
+    )
+    language: Optional[str] = Field(
+        default=None, description="spoken language (code such as 'en' or name); detected when absent"
+    )
+    num_speakers: SpeakerCount = Field(default=None, ge=1, description="exact number of speakers")
+    min_speakers: SpeakerCount = Field(default=None, ge=1, description="lower bound on speakers")
+    max_speakers: SpeakerCount = Field(default=None, ge=1, description="upper bound on speakers")
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _normalise_language(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().lower()
+            return value or None
+        return value
+
+    @field_validator("assisted", mode="before")
+    @classmethod
+    def _parse_assisted(cls, value: Any) -> Any:
+        # Query strings carry "true"/"false"/"auto"; JSON carries booleans.
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            if lowered == "auto":
+                return "auto"
+            raise ValueError("assisted must be true, false or 'auto'")
+        if isinstance(value, bool) or value is None:
+            return "auto" if value is None else value
+        raise ValueError("assisted must be true, false or 'auto'")
+
+    @model_validator(mode="after")
+    def _verify(self, info: ValidationInfo) -> "InferenceConfig":
+        """Every cross-field rule. `info.context` may say which optional models are loaded:
+        {"has_assistant": bool, "has_diarizer": bool}."""
+        context = info.context or {}
+        if self.assisted is True:
+            if context.get("has_assistant") is False:
+                raise ValueError(
+                    "assisted=true needs an assistant model: set ASSISTANT_MODEL when starting "
+                    "the service, or send assisted=false"
+                )
+            if "batch_size" in self.model_fields_set and self.batch_size != 1:
+                raise ValueError(
+                    f"assisted=true needs batch_size=1 (speculative decoding verifies one "
+                    f"sequence at a time); got batch_size={self.batch_size}"
+                )
+        if self.num_speakers is not None and (
+            self.min_speakers is not None or self.max_speakers is not None
+        ):
+            raise ValueError(
+                "num_speakers fixes the number of speakers: send either num_speakers or "
+                "min_speakers/max_speakers, not both"
+            )
+        if (
+            self.min_speakers is not None
+            and self.max_speakers is not None
+            and self.min_speakers > self.max_speakers
+        ):
+            raise ValueError(
+                f"min_speakers ({self.min_speakers}) is greater than max_speakers "
+                f"({self.max_speakers})"
+            )
+        if context.get("has_diarizer") is False and self.speaker_parameters():
+            names = ", ".join(sorted(self.speaker_parameters()))
+            raise ValueError(
+                f"{names} need a diarization model: set DIARIZATION_MODEL (and HF_TOKEN for "
+                f"gated pyannote models) when starting the service"
+            )
+        return self
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Assisted decoding runs at batch size 1 whatever the default says."""
+        return 1 if self.assisted is True else self.batch_size
+
+    def speaker_parameters(self) -> dict[str, int]:
+        """The speaker-count hints that were given, as pyannote's `apply` takes them."""
+        values = {
+            "num_speakers": self.num_speakers,
+            "min_speakers": self.min_speakers,
+            "max_speakers": self.max_speakers,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+    @classmethod
+    def from_parameters(
+        cls,
+        parameters: Optional[dict[str, Any]],
+        *,
+        has_assistant: Optional[bool] = None,
+        has_diarizer: Optional[bool] = None,
+    ) -> tuple["InferenceConfig", list[str]]:
+        """Validate a request's `parameters`. Returns the config and warnings about parameters
+        that were ignored; raises InvalidParametersError with a message a user can act on."""
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise InvalidParametersError(
+                f"parameters must be a JSON object, not {type(parameters).__name__}"
+            )
+        context = {"has_assistant": has_assistant, "has_diarizer": has_diarizer}
+        context = {key: value for key, value in context.items() if value is not None}
+        try:
+            config = cls.model_validate(parameters, context=context)
+        except ValidationError as error:
+            raise InvalidParametersError(_describe_validation_error(error)) from error
+        unknown = sorted(str(name) for name in parameters if name not in cls.model_fields)
+        warnings = [f"unknown parameter {name!r} was ignored" for name in unknown]
+        return config, warnings
+
+
+def _describe_validation_error(error: ValidationError) -> str:
+    messages = []
+    for detail in error.errors(include_url=False):
+        location = ".".join(str(part) for part in detail["loc"])
+        message = detail["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        if location:
+            messages.append(f"parameter {location!r}: {message} (got {detail['input']!r})")
+        else:
+            messages.append(message)
+    return "invalid parameters: " + "; ".join(messages)

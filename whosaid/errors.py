@@ -1,0 +1,50 @@
+"""Exceptions raised by the core. The edges (handler, server, CLI) map them to responses;
+the core itself never imports a web framework."""
+
+from __future__ import annotations
+
+
+class WhosaidError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+    #: A short machine-readable code, used by the edges in error bodies.
+    code = "internal_error"
+
+
+class InvalidInputError(WhosaidError, ValueError):
+    """The request is the client's mistake: bad audio, bad base64, bad parameters.
+
+    Edges answer it with a 4xx status. The message is written for the user and says what to fix.
+    """
+
+    code = "invalid_input"
+
+
+class InvalidAudioError(InvalidInputError):
+    """The audio could not be decoded (not audio, empty, truncated, unsupported)."""
+
+    code = "invalid_audio"
+
+
+class InvalidParametersError(InvalidInputError):
+    """Request parameters are of the wrong type or contradict each other."""
+
+    code = "invalid_parameters"
+
+
+class ModelLoadError(WhosaidError):
+    """A model could not be loaded (missing, gated without a token, incompatible)."""
+
+    code = "model_load_error"
+
+
+class InferenceError(WhosaidError):
+    """Our own failure while running a model on valid input. Edges answer it with a 5xx."""
+
+    code = "inference_error"
+
+
+class OutOfMemoryError(InferenceError):
+    """The device ran out of memory. Never the client's fault: a 5xx (503), worth a retry."""
+
+    code = "out_of_memory"
