@@ -1,0 +1,15 @@
+"""Model settings (environment variables) and per-request parameters of the handler.
+
+    ASR_MODEL          Whisper model id or directory (required)
+    ASSISTANT_MODEL    assistant for speculative decoding (optional)
+    DIARIZATION_MODEL  pyannote pipeline id or directory (optional)
+    HF_TOKEN           token for gated models (a secret)
+    DEVICE, DTYPE, ATTN_IMPLEMENTATION   'auto' by default
+
+Request parameters: task, batch_size, assisted, chunk_length_s, sampling_rate, language,
+num_speakers, min_speakers, max_speakers. The definitions live in whosaid/config.py.
+"""
+
+from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
+
+__all__ = ["InferenceConfig", "ModelSettings", "get_model_settings"]

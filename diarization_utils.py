@@ -1,0 +1,10 @@
+"""Audio pre-processing, diarization and speaker attribution used by handler.py.
+
+The implementations live in the `whosaid` package, shared with the server and the CLI.
+"""
+
+from whosaid.alignment import assign_speakers, speaker_of
+from whosaid.audio import Audio, load_audio
+from whosaid.diarization import Diarizer, turns_from_output
+
+__all__ = ["Audio", "Diarizer", "assign_speakers", "load_audio", "speaker_of", "turns_from_output"]

@@ -1,0 +1,30 @@
+"""Hugging Face Inference Endpoints custom handler.
+
+The inference toolkit imports this file with the repository on sys.path, builds
+`EndpointHandler(model_dir)` once and calls it per request with
+`{"inputs": <base64 str | audio bytes>, "parameters": {...}}`. Models come from environment
+variables (ASR_MODEL, ASSISTANT_MODEL, DIARIZATION_MODEL, HF_TOKEN); see config.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from whosaid.engine import Engine
+from whosaid.errors import InvalidInputError
+
+
+class EndpointHandler:
+    def __init__(self, path: str = "") -> None:
+        # `path` is the repository the toolkit mounted; the models are named by ModelSettings.
+        self.engine = Engine.from_settings()
+
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit
+        turns them into an error response carrying the message."""
+        if not isinstance(data, dict) or "inputs" not in data:
+            raise InvalidInputError(
+                'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
+            )
+        transcript = self.engine.run(data["inputs"], data.get("parameters"))
+        return transcript.to_dict()

@@ -1,0 +1,122 @@
+"""Speaker attribution on its own: exact cases and properties."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers
+from whosaid.asr import clean_chunks
+from whosaid.results import Chunk, SpeakerTurn
+
+
+def chunk(start: float, end: float, text: str) -> Chunk:
+    return Chunk(start_s=start, end_s=end, text=text)
+
+
+def turn(start: float, end: float, speaker: str) -> SpeakerTurn:
+    return SpeakerTurn(start_s=start, end_s=end, speaker=speaker)
+
+
+def summary(segments):
+    return [(s.speaker, s.start_s, s.end_s, s.text) for s in segments]
+
+
+def test_empty_transcript_gives_no_segments() -> None:
+    assert assign_speakers([], [turn(0, 5, "A")]) == ()
+    assert assign_speakers([], []) == ()
+
+
+def test_one_speaker_gets_everything() -> None:
+    chunks = [chunk(0, 2, " Hello."), chunk(2, 4, " How are you?")]
+    assert summary(assign_speakers(chunks, [turn(0.1, 3.9, "A")])) == [("A", 0, 4, "Hello. How are you?")]
+
+
+def test_speakers_alternate() -> None:
+    chunks = [chunk(0, 2, " Hi."), chunk(2, 4, " Hello."), chunk(4, 6, " Bye.")]
+    turns = [turn(0, 2, "A"), turn(2, 4, "B"), turn(4, 6, "A")]
+    assert summary(assign_speakers(chunks, turns)) == [
+        ("A", 0, 2, "Hi."),
+        ("B", 2, 4, "Hello."),
+        ("A", 4, 6, "Bye."),
+    ]
+
+
+def test_speaker_change_inside_a_chunk_goes_to_the_longer_speaker() -> None:
+    chunks = [chunk(0, 4, " Mostly B speaking."), chunk(4, 6, " A now.")]
+    turns = [turn(0, 1, "A"), turn(1, 4, "B"), turn(4, 6, "A")]
+    assert summary(assign_speakers(chunks, turns)) == [("B", 0, 4, "Mostly B speaking."), ("A", 4, 6, "A now.")]
+
+
+def test_chunks_after_the_last_turn_are_kept() -> None:
+    # The seed dropped these: its loop ended with the diarizer's segments.
+    chunks = [chunk(0, 2, " One."), chunk(2, 4, " Two."), chunk(8, 9, " Three."), chunk(9, 10, " Four.")]
+    turns = [turn(0, 2, "A"), turn(2, 4, "B")]
+    assert summary(assign_speakers(chunks, turns)) == [("A", 0, 2, "One."), ("B", 2, 10, "Two. Three. Four.")]
+
+
+def test_chunks_before_the_first_turn_go_to_the_nearest_speaker() -> None:
+    chunks = [chunk(0, 1, " Early."), chunk(5, 6, " Later.")]
+    assert summary(assign_speakers(chunks, [turn(4, 7, "B")])) == [("B", 0, 6, "Early. Later.")]
+
+
+def test_no_speakers_found_keeps_the_text() -> None:
+    chunks = [chunk(0, 2, " Still here.")]
+    assert summary(assign_speakers(chunks, [])) == [(UNKNOWN_SPEAKER, 0, 2, "Still here.")]
+
+
+def test_missing_final_timestamp_gets_the_end_of_the_audio() -> None:
+    chunks = clean_chunks([(0.0, 5.0, " First."), (5.0, None, " Last words")], duration_s=7.5)
+    assert chunks[-1] == Chunk(5.0, 7.5, " Last words")
+    assert summary(assign_speakers(chunks, [turn(0, 5, "A"), turn(5, 7.5, "B")])) == [
+        ("A", 0, 5, "First."),
+        ("B", 5, 7.5, "Last words"),
+    ]
+
+
+def test_clean_chunks_clamps_to_the_audio_and_keeps_order() -> None:
+    chunks = clean_chunks(
+        [(0.0, 2.0, " a"), (1.5, 3.0, " b"), (None, 12.0, " c"), (4.0, 3.0, "   ")], duration_s=10.0
+    )
+    assert chunks == (Chunk(0.0, 2.0, " a"), Chunk(1.5, 3.0, " b"), Chunk(3.0, 10.0, " c"))
+
+
+times = st.floats(min_value=0, max_value=100, allow_nan=False, allow_infinity=False)
+texts = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12)
+
+
+@st.composite
+def transcripts(draw):
+    raw = draw(st.lists(st.tuples(times, times, texts), max_size=25))
+    spans = sorted(raw, key=lambda item: item[0])
+    if spans and draw(st.booleans()):
+        start, _, text = spans[-1]
+        spans[-1] = (start, None, text)
+    return clean_chunks(spans, duration_s=100.0)
+
+
+turn_lists = st.lists(
+    st.tuples(times, st.floats(min_value=0.01, max_value=20), st.sampled_from(["A", "B", "C"])).map(
+        lambda item: turn(item[0], item[0] + item[1], item[2])
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=transcripts(), turns=turn_lists)
+def test_every_chunk_lands_once_in_order_with_its_text(chunks, turns) -> None:
+    segments = assign_speakers(chunks, turns)
+    flattened = [c for segment in segments for c in segment.chunks]
+    assert flattened == list(chunks)
+    for segment in segments:
+        assert segment.text == "".join(c.text for c in segment.chunks).strip()
+        assert segment.start_s <= segment.end_s
+    for previous, current in zip(segments, segments[1:]):
+        assert previous.speaker != current.speaker
+        assert previous.start_s <= current.start_s
+    starts = [c.start_s for c in chunks]
+    assert starts == sorted(starts)
+    assert all(0 <= c.start_s <= c.end_s <= 100.0 for c in chunks)
+    labels = {t.speaker for t in turns} or {UNKNOWN_SPEAKER}
+    assert {segment.speaker for segment in segments} <= labels

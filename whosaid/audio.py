@@ -1,0 +1,237 @@
+"""Audio in: whatever the client sent, decoded exactly once into float32 mono 16 kHz samples.
+
+PyAV (which bundles FFmpeg's libraries) decodes every common container and resamples; the rest
+of the core only ever sees `Audio`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+from whosaid.errors import InvalidAudioError
+
+SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
+# A decoded stream shorter than its header's duration by more than this is a truncated file.
+TRUNCATION_TOLERANCE_S = 0.2
+TRUNCATION_TOLERANCE_FRACTION = 0.02
+# Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
+SILENCE_FRAME_S = 0.025
+SILENCE_THRESHOLD_DBFS = -55.0
+_BASE64_TEXT = re.compile(rb"^[A-Za-z0-9+/_\-\s]+=*\s*$")
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Mono float32 samples in [-1, 1] at `sample_rate_hz` (16 kHz: what Whisper takes)."""
+
+    samples: np.ndarray  # shape (n_samples,), float32
+    sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate_hz
+
+    def is_silent(self) -> bool:
+        """True when no 25 ms frame rises above -55 dBFS (digital silence, faint hiss)."""
+        frame = max(1, int(SILENCE_FRAME_S * self.sample_rate_hz))
+        n_frames = max(1, len(self.samples) // frame)
+        framed = self.samples[: n_frames * frame].reshape(n_frames, -1).astype(np.float64)
+        rms = np.sqrt(np.mean(framed**2, axis=1))
+        loudest_dbfs = 20 * np.log10(max(float(rms.max()), 1e-12))
+        return loudest_dbfs < SILENCE_THRESHOLD_DBFS
+
+
+AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray]
+
+
+def load_audio(inputs: AudioInput, *, sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ) -> Audio:
+    """Decode a request's `inputs` into 16 kHz mono float32.
+
+    Accepts base64 text (str or ASCII bytes) of an audio file, the file's raw bytes, a dict
+    {"array" | "raw": float samples, "sampling_rate": Hz}, or a bare float array whose rate is
+    `sampling_rate_hz`.
+    """
+    if isinstance(inputs, str):
+        return decode_audio_bytes(_decode_base64(inputs.encode("ascii", errors="replace")))
+    if isinstance(inputs, (bytes, bytearray, memoryview)):
+        data = bytes(inputs)
+        if _looks_like_base64(data):
+            data = _decode_base64(data)
+        return decode_audio_bytes(data)
+    if isinstance(inputs, dict):
+        samples = inputs.get("array", inputs.get("raw"))
+        if samples is None:
+            raise InvalidAudioError(
+                "an inputs object must hold the samples under 'array' (or 'raw') and their rate "
+                "under 'sampling_rate'"
+            )
+        rate = inputs.get("sampling_rate", sampling_rate_hz)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1_000 <= rate <= 384_000:
+            raise InvalidAudioError(f"sampling_rate must be a number of Hz in [1000, 384000], not {rate!r}")
+        return audio_from_array(samples, int(rate))
+    if isinstance(inputs, (list, np.ndarray)):
+        return audio_from_array(inputs, sampling_rate_hz)
+    if inputs is None:
+        raise InvalidAudioError("no audio: send the audio file as base64 text in 'inputs'")
+    raise InvalidAudioError(
+        f"inputs of type {type(inputs).__name__} is not audio: send base64 text of an audio file, "
+        "its raw bytes, or {'array': [...], 'sampling_rate': Hz}"
+    )
+
+
+def load_audio_file(path: Union[str, Path]) -> Audio:
+    """Decode an audio file from disk (CLI, benchmarks, tests)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InvalidAudioError(f"cannot read audio file {str(path)!r}: {error.strerror}") from error
+    return decode_audio_bytes(data)
+
+
+def _looks_like_base64(data: bytes) -> bool:
+    # Audio containers carry binary headers (RIFF sizes, NUL bytes), so bytes made only of
+    # base64's alphabet are base64 text: what the endpoint toolkit hands over for JSON bodies.
+    return len(data) >= 4 and _BASE64_TEXT.match(data[:4096]) is not None
+
+
+def _decode_base64(text: bytes) -> bytes:
+    stripped = b"".join(text.split())
+    if not stripped:
+        raise InvalidAudioError("empty input: send the audio file as base64 text in 'inputs'")
+    try:
+        if b"-" in stripped or b"_" in stripped:
+            return base64.urlsafe_b64decode(stripped + b"=" * (-len(stripped) % 4))
+        return base64.b64decode(stripped, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise InvalidAudioError(
+            f"inputs is not valid base64 ({error}); encode the audio file's bytes with base64"
+        ) from error
+
+
+def decode_audio_bytes(data: bytes) -> Audio:
+    """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz."""
+    import av
+
+    if not data:
+        raise InvalidAudioError("empty input: the audio file has no bytes")
+    _check_wav_complete(data)
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except (av.error.FFmpegError, ValueError, OSError) as error:
+        raise InvalidAudioError(
+            f"could not decode the audio ({_reason(error)}); send a file in a common format "
+            f"({SUPPORTED_FORMATS})"
+        ) from error
+    with container:
+        streams = [stream for stream in container.streams if stream.type == "audio"]
+        if not streams:
+            raise InvalidAudioError("the file holds no audio stream")
+        stream = streams[0]
+        declared_s = _declared_duration_s(container, stream)
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
+        pieces: list[np.ndarray] = []
+        decoded_s = 0.0
+        try:
+            for frame in container.decode(stream):
+                if frame.sample_rate:
+                    decoded_s += frame.samples / frame.sample_rate
+                for out in resampler.resample(frame):
+                    pieces.append(out.to_ndarray().reshape(-1))
+            for out in resampler.resample(None):
+                pieces.append(out.to_ndarray().reshape(-1))
+        except (av.error.FFmpegError, ValueError) as error:
+            raise InvalidAudioError(
+                f"the audio is corrupt or truncated: decoding stopped after {decoded_s:.2f} s "
+                f"({_reason(error)})"
+            ) from error
+    samples = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+    if samples.size == 0:
+        raise InvalidAudioError("no audio samples could be decoded: the file is empty or truncated")
+    if declared_s is not None and declared_s - decoded_s > max(
+        TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_FRACTION * declared_s
+    ):
+        raise InvalidAudioError(
+            f"the audio file is truncated: its header declares {declared_s:.2f} s but only "
+            f"{decoded_s:.2f} s could be decoded; send the complete file"
+        )
+    return _checked(samples)
+
+
+def _check_wav_complete(data: bytes) -> None:
+    """FFmpeg clamps a WAV's declared data size to the bytes present and decodes the rest
+    silently, so a cut-off upload would pass as shorter audio. Compare the header with the size."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return
+    offset = 12
+    while offset + 8 <= len(data):
+        chunk_id = data[offset : offset + 4]
+        chunk_size = int.from_bytes(data[offset + 4 : offset + 8], "little")
+        body = offset + 8
+        if chunk_id == b"data":
+            present = len(data) - body
+            # 0 and 0xFFFFFFFF mean "unknown length" (streamed WAV): nothing to compare.
+            if chunk_size not in (0, 0xFFFFFFFF) and present < chunk_size:
+                raise InvalidAudioError(
+                    f"the WAV file is truncated: its header declares {chunk_size} bytes of audio "
+                    f"but only {present} are present; send the complete file"
+                )
+            return
+        offset = body + chunk_size + (chunk_size & 1)
+    raise InvalidAudioError(
+        "the WAV file is truncated: it ends before its audio data; send the complete file"
+    )
+
+
+def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
+    """Raw PCM floats (mono, or channels x time) at `sample_rate_hz` -> 16 kHz mono."""
+    try:
+        array = np.asarray(samples, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise InvalidAudioError(f"the audio array must hold numbers: {error}") from error
+    if array.ndim == 2:
+        # channels x time, as torchaudio and pyannote lay them out
+        array = array.mean(axis=0) if array.shape[0] <= array.shape[1] else array.mean(axis=1)
+    if array.ndim != 1:
+        raise InvalidAudioError(f"the audio array must be 1-D (or channels x time), not {array.ndim}-D")
+    if array.size == 0:
+        raise InvalidAudioError("empty input: the audio array has no samples")
+    if sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
+        array = _resample(array, sample_rate_hz)
+    return _checked(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def _resample(samples: np.ndarray, sample_rate_hz: int) -> np.ndarray:
+    import av
+
+    frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="flt", layout="mono")
+    frame.sample_rate = sample_rate_hz
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
+    pieces = [out.to_ndarray().reshape(-1) for out in resampler.resample(frame)]
+    pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+
+def _checked(samples: np.ndarray) -> Audio:
+    if not np.all(np.isfinite(samples)):
+        raise InvalidAudioError("the audio holds NaN or infinite samples")
+    return Audio(samples=samples)
+
+
+def _declared_duration_s(container: Any, stream: Any) -> float | None:
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    return None
+
+
+def _reason(error: BaseException) -> str:
+    text = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return str(text).strip()

@@ -1,0 +1,93 @@
+"""Speaker diarization with pyannote.audio, on the in-memory waveform (never a file path)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+from whosaid.audio import Audio
+from whosaid.config import ModelSettings
+from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError
+from whosaid.results import SpeakerTurn
+
+logger = logging.getLogger(__name__)
+
+RECOMMENDED_MODEL = "pyannote/speaker-diarization-community-1"
+
+
+def _disable_telemetry() -> None:
+    # pyannote.audio 4 sends usage metrics to its vendor by default; a server must not phone home.
+    os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+
+
+class Diarizer:
+    """A loaded pyannote pipeline. `diarize` returns speaker turns that never overlap."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+
+    @classmethod
+    def from_settings(cls, settings: ModelSettings) -> "Diarizer":
+        _disable_telemetry()
+        import torch
+        from pyannote.audio import Pipeline
+
+        name = settings.diarization_model
+        assert name, "from_settings needs DIARIZATION_MODEL"
+        try:
+            pipeline = Pipeline.from_pretrained(name, token=settings.token())
+        except Exception as error:  # noqa: BLE001 - hub, file and config errors of many types
+            raise ModelLoadError(_load_hint(name, error)) from error
+        if pipeline is None:
+            raise ModelLoadError(_load_hint(name, None))
+        pipeline.to(torch.device(settings.resolved_device()))
+        return cls(pipeline)
+
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+        import torch
+
+        waveform = torch.from_numpy(audio.samples).unsqueeze(0)  # (channel=1, time)
+        try:
+            output = self.pipeline(
+                {"waveform": waveform, "sample_rate": audio.sample_rate_hz}, **speaker_parameters
+            )
+        except ValueError as error:
+            if "n_clusters" in str(error) and speaker_parameters:
+                raise InvalidParametersError(
+                    f"cannot split {audio.duration_s:.1f} s of audio into {_describe(speaker_parameters)}: "
+                    "too few speech regions for that many speakers; ask for fewer speakers or "
+                    "send longer audio"
+                ) from error
+            raise InferenceError(f"speaker diarization failed: {error}") from error
+        return turns_from_output(output, audio.duration_s)
+
+
+def turns_from_output(output: Any, duration_s: float) -> tuple[SpeakerTurn, ...]:
+    """pyannote 4 returns DiarizeOutput, whose exclusive annotation has no overlapping turns
+    (the right input for attaching words to speakers); pyannote 3.x pipelines, and 4.x ones
+    with `legacy: true`, return an Annotation. Turns are clipped to the audio: pyannote pads
+    the last window with zeros and may report speech in the padding."""
+    annotation = getattr(output, "exclusive_speaker_diarization", None)
+    if annotation is None:
+        annotation = getattr(output, "speaker_diarization", output)
+    turns = []
+    for segment, _, label in annotation.itertracks(yield_label=True):
+        start_s, end_s = max(0.0, float(segment.start)), min(duration_s, float(segment.end))
+        if end_s > start_s:
+            turns.append(SpeakerTurn(start_s=start_s, end_s=end_s, speaker=str(label)))
+    return tuple(sorted(turns, key=lambda turn: (turn.start_s, turn.end_s)))
+
+
+def _describe(speaker_parameters: dict[str, int]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in speaker_parameters.items())
+
+
+def _load_hint(name: str, error: Optional[BaseException]) -> str:
+    reason = f": {type(error).__name__}: {error}" if error is not None else ""
+    return (
+        f"cannot load the diarization pipeline {name!r}{reason}. For a gated pyannote model, "
+        f"accept its conditions on the Hub (e.g. https://hf.co/{RECOMMENDED_MODEL}) and set "
+        "HF_TOKEN to a token of that account; for a local pipeline, point DIARIZATION_MODEL at "
+        "the directory holding config.yaml"
+    )

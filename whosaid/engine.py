@@ -1,0 +1,134 @@
+"""The core: decode once, recognise, diarize, attach speakers. Shared by every edge."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from pydantic import ValidationError
+
+from whosaid.alignment import assign_speakers
+from whosaid.asr import SpeechRecognizer
+from whosaid.audio import Audio, AudioInput, load_audio
+from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
+from whosaid.diarization import Diarizer
+from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
+from whosaid.results import Transcript
+
+logger = logging.getLogger(__name__)
+
+
+def load_settings() -> ModelSettings:
+    """The process's settings, with a missing ASR_MODEL reported as what to set."""
+    try:
+        return get_model_settings()
+    except ValidationError as error:
+        raise ModelLoadError(
+            "ASR_MODEL is not set: set it to a Whisper model on the Hub (e.g. "
+            "openai/whisper-large-v3) or a local model directory"
+            if any(detail["loc"] == ("asr_model",) for detail in error.errors())
+            else f"invalid model settings: {error}"
+        ) from error
+
+
+@dataclass(frozen=True)
+class Timings:
+    decode_s: float = 0.0
+    asr_s: float = 0.0
+    diarization_s: float = 0.0
+
+
+class Engine:
+    """Loaded models and the one way to run them. Build once; call from any thread that holds
+    the edge's concurrency slot (the models are not meant for parallel calls)."""
+
+    def __init__(self, recognizer: SpeechRecognizer, diarizer: Optional[Diarizer] = None) -> None:
+        self.recognizer = recognizer
+        self.diarizer = diarizer
+
+    @classmethod
+    def from_settings(cls, settings: Optional[ModelSettings] = None) -> "Engine":
+        settings = settings or load_settings()
+        started = time.perf_counter()
+        recognizer = SpeechRecognizer.from_settings(settings)
+        diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
+        logger.info(
+            "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s",
+            time.perf_counter() - started,
+            settings.asr_model,
+            settings.assistant_model,
+            settings.diarization_model,
+            settings.resolved_device(),
+            settings.resolved_dtype(),
+        )
+        return cls(recognizer, diarizer)
+
+    def parse_parameters(self, parameters: Optional[dict[str, Any]]) -> tuple[InferenceConfig, list[str]]:
+        return InferenceConfig.from_parameters(
+            parameters,
+            has_assistant=self.recognizer.has_assistant,
+            has_diarizer=self.diarizer is not None,
+        )
+
+    def run(self, inputs: AudioInput, parameters: Optional[dict[str, Any]] = None) -> Transcript:
+        """A request as the handler gets it: raw inputs and a parameters dict."""
+        config, warnings = self.parse_parameters(parameters)
+        audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
+        return self.transcribe(audio, config, warnings=warnings)
+
+    def transcribe(
+        self, audio: Audio, config: InferenceConfig, *, warnings: Sequence[str] = ()
+    ) -> Transcript:
+        if audio.is_silent():
+            # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
+            return Transcript(
+                text="",
+                chunks=(),
+                duration_s=audio.duration_s,
+                language=config.language,
+                diarized=self.diarizer is not None,
+                warnings=tuple(warnings),
+            )
+        with _translate_failures("speech recognition"):
+            asr = self.recognizer.transcribe(audio, config)
+        speakers, turns = (), ()
+        if self.diarizer is not None:
+            with _translate_failures("speaker diarization"):
+                turns = self.diarizer.diarize(audio, config.speaker_parameters())
+            speakers = assign_speakers(asr.chunks, turns)
+        return Transcript(
+            text="".join(chunk.text for chunk in asr.chunks).strip(),
+            chunks=asr.chunks,
+            duration_s=audio.duration_s,
+            language=asr.language,
+            speakers=speakers,
+            turns=turns,
+            diarized=self.diarizer is not None,
+            decoding=asr.decoding,
+            warnings=tuple(warnings),
+        )
+
+
+class _translate_failures:
+    """Our own errors pass through; out-of-memory becomes OutOfMemoryError (a 5xx, worth a
+    retry); anything else is an internal InferenceError that keeps the original as its cause."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+        if error is None or isinstance(error, WhosaidError) or not isinstance(error, Exception):
+            return False
+        import torch
+
+        if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower():
+            raise OutOfMemoryError(
+                f"{self.stage} ran out of device memory; retry later or with a smaller batch_size"
+            ) from error
+        logger.exception("%s failed", self.stage)
+        raise InferenceError(f"{self.stage} failed: {type(error).__name__}: {error}") from error

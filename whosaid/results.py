@@ -1,0 +1,77 @@
+"""Typed results of the core. JSON (and SRT, VTT, RTTM) is made only at the edges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of transcript with its time span in seconds from the start of the audio."""
+
+    start_s: float
+    end_s: float
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"timestamp": [round(self.start_s, 3), round(self.end_s, 3)], "text": self.text}
+
+
+@dataclass(frozen=True)
+class SpeakerTurn:
+    """One speaker talking without interruption, as the diarizer saw it."""
+
+    start_s: float
+    end_s: float
+    speaker: str
+
+
+@dataclass(frozen=True)
+class SpeakerSegment:
+    """Consecutive transcript chunks attributed to one speaker."""
+
+    speaker: str
+    start_s: float
+    end_s: float
+    text: str
+    chunks: tuple[Chunk, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "speaker": self.speaker,
+            "text": self.text,
+            "timestamp": [round(self.start_s, 3), round(self.end_s, 3)],
+        }
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What was said (chunks) and, when a diarizer ran, who said it (speakers)."""
+
+    text: str
+    chunks: tuple[Chunk, ...]
+    duration_s: float
+    language: Optional[str] = None
+    speakers: tuple[SpeakerSegment, ...] = ()
+    turns: tuple[SpeakerTurn, ...] = ()
+    diarized: bool = False
+    #: "assisted" (speculative decoding at batch size 1) or "batched"; None when nothing was decoded.
+    decoding: Optional[str] = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The seed-compatible response: text, chunks, speakers, plus language and warnings."""
+        response: dict[str, Any] = {
+            "text": self.text,
+            "chunks": [chunk.to_dict() for chunk in self.chunks],
+            "speakers": [segment.to_dict() for segment in self.speakers],
+        }
+        if self.language is not None:
+            response["language"] = self.language
+        response["duration"] = round(self.duration_s, 3)
+        if self.decoding is not None:
+            response["decoding"] = self.decoding
+        if self.warnings:
+            response["warnings"] = list(self.warnings)
+        return response
