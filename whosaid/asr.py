@@ -18,6 +18,10 @@ logger = logging.getLogger(__name__)
 
 ASSISTED = "assisted"
 BATCHED = "batched"
+# The batched path searches with 5 beams, as the transformers ASR pipeline (the seed) and
+# openai/whisper do; greedy decoding of whisper-base loops on pyannote's sample (WER 0.53 vs
+# 0.30). Speculative decoding is greedy by nature: it equals greedy decoding, token for token.
+BATCHED_NUM_BEAMS = 5
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,7 @@ class SpeechRecognizer:
         import torch
 
         window = audio.samples[: int(WHISPER_WINDOW_S * WHISPER_SAMPLE_RATE_HZ)]
-        features = self._features(window)
+        features, _ = self._features(window)
         with torch.inference_mode():
             token_ids = self.model.detect_language(input_features=features)
         token = self.processor.tokenizer.convert_ids_to_tokens(int(token_ids[0]))
@@ -204,23 +208,21 @@ class SpeechRecognizer:
             return {}
         return {"task": config.task, "language": language}
 
-    def _features(self, samples: np.ndarray, *, long_form: bool = False) -> Any:
-        extractor = self.processor.feature_extractor
-        if long_form:
-            inputs = extractor(
-                samples,
-                sampling_rate=WHISPER_SAMPLE_RATE_HZ,
-                return_tensors="pt",
-                truncation=False,
-                padding="longest",
-                return_attention_mask=True,
-            )
-        else:
-            inputs = extractor(samples, sampling_rate=WHISPER_SAMPLE_RATE_HZ, return_tensors="pt")
+    def _features(self, samples: np.ndarray) -> tuple[Any, Any]:
+        """Log-mel features and the attention mask marking real audio. Up to 30 s the features
+        are padded to one window (as the pipeline does); longer audio keeps its full length for
+        sequential long-form decoding. The mask tells `generate` where the audio ends, so
+        timestamps stay inside it."""
+        long_form = len(samples) > int(WHISPER_WINDOW_S * WHISPER_SAMPLE_RATE_HZ)
+        inputs = self.processor.feature_extractor(
+            samples,
+            sampling_rate=WHISPER_SAMPLE_RATE_HZ,
+            return_tensors="pt",
+            return_attention_mask=True,
+            **({"truncation": False, "padding": "longest"} if long_form else {}),
+        )
         features = inputs.input_features.to(self.model.device, self.model.dtype)
-        if long_form:
-            return features, inputs.attention_mask.to(self.model.device)
-        return features
+        return features, inputs.attention_mask.to(self.model.device)
 
     def _transcribe_batched(
         self, audio: Audio, config: InferenceConfig, generate_kwargs: dict[str, Any]
@@ -230,7 +232,7 @@ class SpeechRecognizer:
             chunk_length_s=config.chunk_length_s,
             batch_size=config.effective_batch_size,
             return_timestamps=True,
-            generate_kwargs=dict(generate_kwargs),
+            generate_kwargs=dict(generate_kwargs, num_beams=BATCHED_NUM_BEAMS),
         )
         spans = [(chunk["timestamp"][0], chunk["timestamp"][1], chunk["text"]) for chunk in output["chunks"]]
         return clean_chunks(spans, audio.duration_s)
@@ -242,15 +244,12 @@ class SpeechRecognizer:
         for longer audio. Greedy; with an assistant, speculative decoding gives the same tokens."""
         import torch
 
-        window_samples = int(WHISPER_WINDOW_S * WHISPER_SAMPLE_RATE_HZ)
-        kwargs: dict[str, Any] = dict(generate_kwargs, return_timestamps=True, return_segments=True)
+        features, attention_mask = self._features(audio.samples)
+        kwargs: dict[str, Any] = dict(
+            generate_kwargs, attention_mask=attention_mask, return_timestamps=True, return_segments=True
+        )
         if assistant is not None:
             kwargs["assistant_model"] = assistant
-        if len(audio.samples) > window_samples:
-            features, attention_mask = self._features(audio.samples, long_form=True)
-            kwargs["attention_mask"] = attention_mask
-        else:
-            features = self._features(audio.samples)
         with torch.inference_mode():
             output = self.model.generate(features, **kwargs)
         tokenizer = self.processor.tokenizer

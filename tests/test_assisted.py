@@ -1,0 +1,119 @@
+"""Speculative decoding: lossless (same tokens as greedy decoding without an assistant) for both
+kinds of assistant, with timestamps, short and long audio; and the routing rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from whosaid.asr import ASSISTED, BATCHED
+from whosaid.audio import Audio, audio_from_array
+from whosaid.config import InferenceConfig
+from whosaid.errors import InvalidParametersError, ModelLoadError
+
+
+@pytest.fixture(scope="module")
+def models(tiny_whisper):
+    main = tiny_whisper("main", seed=0, decoder_layers=2)
+    return {
+        "main": main,
+        # distil-whisper style: the teacher's encoder, a shallower decoder -> WhisperForCausalLM
+        "distil": tiny_whisper("distil", seed=1, decoder_layers=1, encoder_of=main),
+        # an unrelated, smaller full Whisper with the same tokenizer -> seq2seq assistant
+        "seq2seq": tiny_whisper("seq2seq", seed=2, d_model=32, decoder_layers=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def clips(sample_audio: Audio) -> list[Audio]:
+    samples = sample_audio.samples
+    rng = np.random.default_rng(0)
+    return [
+        audio_from_array(samples[: 8 * 16000], 16000),
+        audio_from_array(samples[10 * 16000 : 22 * 16000], 16000),
+        audio_from_array(samples[20 * 16000 : 30 * 16000], 16000),
+        audio_from_array(rng.normal(0, 0.1, 3 * 16000), 16000),
+    ]
+
+
+def config(**parameters) -> InferenceConfig:
+    return InferenceConfig.from_parameters(parameters)[0]
+
+
+@pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
+def test_assistant_kind_is_chosen_from_the_architecture(make_engine, models, assistant) -> None:
+    engine = make_engine(models["main"], models[assistant])
+    kind = type(engine.recognizer.assistant).__name__
+    assert kind == {"distil": "WhisperForCausalLM", "seq2seq": "CandidateWhisper"}[assistant]
+
+
+@pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
+def test_assisted_tokens_equal_greedy_tokens(make_engine, models, clips, assistant) -> None:
+    import torch
+
+    engine = make_engine(models["main"], models[assistant])
+    recognizer = engine.recognizer
+    for audio in clips:
+        features, _ = recognizer._features(audio.samples)
+        kwargs = {"language": "en", "task": "transcribe"}
+        for timestamps in (True, False):
+            with torch.inference_mode():
+                plain = recognizer.model.generate(features, return_timestamps=timestamps, **kwargs)
+                assisted = recognizer.model.generate(
+                    features, return_timestamps=timestamps, assistant_model=recognizer.assistant, **kwargs
+                )
+            assert torch.equal(plain, assisted), f"timestamps={timestamps}"
+
+
+@pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
+def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips, assistant) -> None:
+    engine = make_engine(models["main"], models[assistant])
+    for audio in clips:
+        assisted = engine.transcribe(audio, config(assisted=True, language="en"))
+        greedy = engine.recognizer._transcribe_generate(audio, {"language": "en", "task": "transcribe"})
+        assert assisted.decoding == ASSISTED
+        assert assisted.chunks == greedy and greedy
+        assert assisted.text == "".join(chunk.text for chunk in greedy).strip()
+
+
+def test_assisted_long_audio_equals_sequential_greedy(make_engine, models, sample_audio) -> None:
+    engine = make_engine(models["main"], models["distil"])
+    recognizer = engine.recognizer
+    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[:15 * 16000]]), 16000)
+    kwargs = {"language": "en", "task": "transcribe"}
+    plain = recognizer._transcribe_generate(long_audio, kwargs)
+    assisted = recognizer._transcribe_generate(long_audio, kwargs, assistant=recognizer.assistant)
+    assert assisted == plain
+    assert plain[-1].end_s <= long_audio.duration_s
+    assert engine.transcribe(long_audio, config(assisted=True)).decoding == ASSISTED
+
+
+def test_auto_assists_short_audio_only(make_engine, models, sample_audio, clips) -> None:
+    engine = make_engine(models["main"], models["distil"])
+    assert engine.transcribe(clips[0], config()).decoding == ASSISTED
+    assert engine.transcribe(clips[0], config(chunk_length_s=5)).decoding == BATCHED
+    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[:5 * 16000]]), 16000)
+    assert engine.transcribe(long_audio, config()).decoding == BATCHED
+    assert engine.transcribe(clips[0], config(assisted=False)).decoding == BATCHED
+
+
+def test_without_assistant_auto_is_batched_and_true_is_refused(make_engine, models, clips) -> None:
+    engine = make_engine(models["main"])
+    assert engine.transcribe(clips[0], config()).decoding == BATCHED
+    with pytest.raises(InvalidParametersError, match="assisted=true needs an assistant model"):
+        engine.run(clips[0].samples, {"assisted": True})
+
+
+def test_assisted_with_batch_size_above_one_is_a_clear_error(make_engine, models, clips) -> None:
+    engine = make_engine(models["main"], models["distil"])
+    with pytest.raises(InvalidParametersError) as raised:
+        engine.run(clips[0].samples, {"assisted": True, "batch_size": 24})
+    assert "assisted=true needs batch_size=1" in str(raised.value)
+
+
+def test_assistant_with_another_vocabulary_is_refused(make_engine, models, converted_model) -> None:
+    with pytest.raises(ModelLoadError) as raised:
+        make_engine(models["main"], converted_model("whisper-tiny.en"))
+    message = str(raised.value)
+    assert "vocabulary of 51864 tokens but the main model has 51865" in message
+    assert "same tokenizer" in message

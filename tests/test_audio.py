@@ -1,0 +1,124 @@
+"""Decoding: every common container and rate ends as 16 kHz mono float32; bad input is a typed
+error with a message the user can act on."""
+
+from __future__ import annotations
+
+import base64
+import io
+import wave
+
+import numpy as np
+import pytest
+
+from tests.support.audio_files import encode, resample
+from whosaid.audio import Audio, audio_from_array, load_audio
+from whosaid.errors import InvalidAudioError
+
+CLIP_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def clip(sample_audio: Audio) -> np.ndarray:
+    return sample_audio.samples[: int(CLIP_S * 16000)]
+
+
+@pytest.mark.parametrize(
+    "kind, rate_hz, channels",
+    [
+        ("wav", 16000, 1),
+        ("wav", 44100, 2),
+        ("mp3", 44100, 2),
+        ("mp3", 16000, 1),
+        ("flac", 16000, 1),
+        ("flac", 48000, 2),
+        ("ogg", 48000, 1),  # Opus runs at 48 kHz
+        ("ogg", 16000, 2),
+    ],
+)
+def test_containers_decode_to_the_same_duration(clip, kind, rate_hz, channels) -> None:
+    source = clip if rate_hz == 16000 else resample(clip, 16000, rate_hz)
+    audio = load_audio(encode(source, rate_hz, kind, channels=channels))
+    assert audio.sample_rate_hz == 16000
+    assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
+    assert abs(audio.duration_s - CLIP_S) <= 0.020
+
+
+@pytest.mark.parametrize("kind, rate_hz", [("m4a", 44100), ("webm", 48000)])
+def test_m4a_and_webm_decode(clip, kind, rate_hz) -> None:
+    audio = load_audio(encode(resample(clip, 16000, rate_hz), rate_hz, kind))
+    # AAC adds encoder priming that this test's bare muxing does not mark as skippable.
+    assert abs(audio.duration_s - CLIP_S) <= 0.15
+
+
+def test_resampling_keeps_the_signal(clip) -> None:
+    """44.1 kHz stereo decodes to (almost) the same 16 kHz waveform as the original."""
+    audio = load_audio(encode(resample(clip, 16000, 44100), 44100, "wav", channels=2))
+    n = min(len(audio.samples), len(clip))
+    correlation = np.corrcoef(audio.samples[:n], clip[:n])[0, 1]
+    assert correlation > 0.99
+
+
+def test_base64_text_bytes_and_urlsafe_are_all_accepted(clip) -> None:
+    data = encode(clip, 16000, "wav")
+    expected = load_audio(data).samples
+    for inputs in (
+        base64.b64encode(data).decode(),
+        base64.b64encode(data),
+        base64.urlsafe_b64encode(data).decode().rstrip("="),
+        data,
+    ):
+        np.testing.assert_array_equal(load_audio(inputs).samples, expected)
+
+
+def test_float_arrays_with_their_rate(clip) -> None:
+    at_8k = resample(clip, 16000, 8000)
+    audio = load_audio({"array": at_8k.tolist(), "sampling_rate": 8000})
+    assert abs(audio.duration_s - CLIP_S) < 0.001
+    bare = load_audio(at_8k, sampling_rate_hz=8000)
+    np.testing.assert_allclose(bare.samples, audio.samples, atol=1e-6)
+    stereo = audio_from_array(np.stack([clip, clip]), 16000)
+    np.testing.assert_allclose(stereo.samples, clip, atol=1e-6)
+
+
+def truncated_wav(clip: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(16000)
+        wav.writeframes((clip * 32767).astype("<i2").tobytes())
+    data = buffer.getvalue()
+    return data[: len(data) // 2]
+
+
+@pytest.mark.parametrize(
+    "make_inputs, message",
+    [
+        (lambda clip: b"\x00\x01garbage\xff" * 50, "could not decode the audio"),
+        (lambda clip: "this is not base64!", "inputs is not valid base64"),
+        (lambda clip: "", "empty input"),
+        (lambda clip: b"", "empty input"),
+        (lambda clip: [], "empty input"),
+        (lambda clip: truncated_wav(clip), "the WAV file is truncated: its header declares 160000 bytes"),
+        (lambda clip: encode(clip, 16000, "wav")[:30], "the WAV file is truncated: it ends before its audio data"),
+        (lambda clip: encode(clip, 16000, "mp3")[:200], "could not decode the audio"),
+        (lambda clip: base64.b64encode(b"hello world, plain text").decode(), "could not decode the audio"),
+        (lambda clip: {"sampling_rate": 16000}, "under 'array'"),
+        (lambda clip: {"array": [0.0] * 100, "sampling_rate": "fast"}, "sampling_rate must be a number of Hz"),
+        (lambda clip: {"array": ["a", "b"], "sampling_rate": 16000}, "the audio array must hold numbers"),
+        (lambda clip: [float("nan")] * 100, "NaN or infinite"),
+        (lambda clip: 12345, "inputs of type int is not audio"),
+        (lambda clip: None, "no audio"),
+    ],
+)
+def test_bad_input_is_a_typed_error(clip, make_inputs, message) -> None:
+    with pytest.raises(InvalidAudioError) as raised:
+        load_audio(make_inputs(clip))
+    assert message in str(raised.value)
+
+
+def test_silence_is_detected(clip) -> None:
+    assert audio_from_array(np.zeros(16000), 16000).is_silent()
+    faint_hiss = np.random.default_rng(0).normal(0, 1e-4, 32000)
+    assert audio_from_array(faint_hiss, 16000).is_silent()
+    assert not audio_from_array(clip, 16000).is_silent()
