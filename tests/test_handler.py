@@ -1,0 +1,185 @@
+"""The Inference Endpoints handler end to end: real transformers models, the real pyannote
+pipeline code (random weights), requests shaped as the inference toolkit passes them."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.audio_files import encode, resample
+from whosaid.config import get_model_settings
+from whosaid.errors import InvalidAudioError, InvalidInputError, InvalidParametersError, ModelLoadError
+
+
+def make_handler(monkeypatch: pytest.MonkeyPatch, asr: Path, diarization: Path | None = None, assistant: Path | None = None):
+    from handler import EndpointHandler
+
+    monkeypatch.setenv("ASR_MODEL", str(asr))
+    monkeypatch.setenv("DEVICE", "cpu")
+    for name, value in (("DIARIZATION_MODEL", diarization), ("ASSISTANT_MODEL", assistant)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, str(value))
+    get_model_settings.cache_clear()
+    try:
+        return EndpointHandler("/repository")
+    finally:
+        get_model_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_whisper) -> Path:
+    return tiny_whisper("handler-main", seed=3)
+
+
+@pytest.fixture(scope="module")
+def handler(tiny, random_diarizer_dir):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield make_handler(monkeypatch, tiny, diarization=random_diarizer_dir)
+
+
+@pytest.fixture(scope="module")
+def sample_bytes(sample_wav: Path) -> bytes:
+    return sample_wav.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def short_wav(sample_audio) -> bytes:
+    return encode(sample_audio.samples[7 * 16000 : 9 * 16000], 16000, "wav")
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_response_has_the_seed_shape_and_every_chunk_once(handler, sample_bytes) -> None:
+    response = handler({"inputs": b64(sample_bytes), "parameters": {"batch_size": 2, "language": "en"}})
+    assert set(response) >= {"text", "chunks", "speakers", "language", "duration"}
+    assert response["language"] == "en" and response["duration"] == 30.0
+    assert response["chunks"], "the tiny model always says something"
+    for chunk in response["chunks"]:
+        start, end = chunk["timestamp"]
+        assert 0 <= start <= end <= 30.0 and isinstance(chunk["text"], str)
+    for segment in response["speakers"]:
+        assert set(segment) == {"speaker", "text", "timestamp"}
+        assert re.fullmatch(r"SPEAKER_\d\d", segment["speaker"])
+    joined_chunks = re.sub(r"\s+", "", "".join(chunk["text"] for chunk in response["chunks"]))
+    joined_speakers = re.sub(r"\s+", "", "".join(segment["text"] for segment in response["speakers"]))
+    assert joined_speakers == joined_chunks
+    starts = [segment["timestamp"][0] for segment in response["speakers"]]
+    assert starts == sorted(starts)
+
+
+def test_bytes_inputs_as_the_asr_task_hands_them(handler, sample_bytes) -> None:
+    from_bytes = handler({"inputs": sample_bytes, "parameters": {"language": "en"}})
+    from_base64_bytes = handler({"inputs": base64.b64encode(sample_bytes), "parameters": {"language": "en"}})
+    from_text = handler({"inputs": b64(sample_bytes), "parameters": {"language": "en"}})
+    assert from_bytes == from_base64_bytes == from_text
+
+
+def test_speaker_counts_reach_pyannote(handler, sample_audio) -> None:
+    engine = handler.engine
+    two = engine.run(sample_audio.samples, {"num_speakers": 2})
+    assert len({turn.speaker for turn in two.turns}) == 2
+    one = engine.run(sample_audio.samples, {"max_speakers": 1})
+    assert len({turn.speaker for turn in one.turns}) == 1
+    bounded = engine.run(sample_audio.samples, {"min_speakers": 1, "max_speakers": 2})
+    assert 1 <= len({turn.speaker for turn in bounded.turns}) <= 2
+
+
+def test_non_16k_audio_gives_speakers_on_the_audio_time_scale(handler, sample_audio) -> None:
+    """The seed told pyannote 16 kHz whatever the file's rate: a 44.1 kHz file came out with
+    speaker times stretched by 2.76. Audio is decoded to 16 kHz once and pyannote gets that."""
+    stereo_44k = encode(resample(sample_audio.samples, 16000, 44100), 44100, "wav", channels=2)
+    transcript = handler.engine.run(b64(stereo_44k), {})
+    assert abs(transcript.duration_s - 30.0) < 0.02
+    assert transcript.turns and max(turn.end_s for turn in transcript.turns) > 25.0
+    assert all(0.0 <= turn.start_s < turn.end_s <= 30.0 for turn in transcript.turns)
+    reference = handler.engine.run(sample_audio.samples, {})
+    assert abs(max(t.end_s for t in transcript.turns) - max(t.end_s for t in reference.turns)) < 1.0
+
+
+def test_silence_is_an_empty_transcript(handler) -> None:
+    silence = encode(np.zeros(3 * 16000, dtype=np.float32), 16000, "wav")
+    response = handler({"inputs": b64(silence), "parameters": {"num_speakers": 2}})
+    assert response["text"] == "" and response["chunks"] == [] and response["speakers"] == []
+    assert response["duration"] == 3.0
+
+
+def test_unknown_parameters_are_listed_as_warnings(handler, sample_audio) -> None:
+    audio = encode(sample_audio.samples[: 3 * 16000], 16000, "flac")
+    response = handler({"inputs": b64(audio), "parameters": {"beam_size": 4, "language": "en"}})
+    assert response["warnings"] == ["unknown parameter 'beam_size' was ignored"]
+
+
+@pytest.mark.parametrize(
+    "data, error, message",
+    [
+        ({"inputs": b64(b"\x00garbage\xff" * 40)}, InvalidAudioError, "could not decode the audio"),
+        ({"inputs": "%%% not base64 %%%"}, InvalidAudioError, "inputs is not valid base64"),
+        ({"inputs": ""}, InvalidAudioError, "empty input"),
+        ({"audio": "abc"}, InvalidInputError, 'the request body must be {"inputs"'),
+        ({"inputs": "UklGRg==", "parameters": {"batch_size": "many"}}, InvalidParametersError, "'batch_size'"),
+        ({"inputs": "UklGRg==", "parameters": {"num_speakers": 0}}, InvalidParametersError, "'num_speakers'"),
+        ({"inputs": "UklGRg==", "parameters": {"min_speakers": 4, "max_speakers": 2}}, InvalidParametersError, "min_speakers (4) is greater than max_speakers (2)"),
+        ({"inputs": "UklGRg==", "parameters": "fast"}, InvalidParametersError, "parameters must be a JSON object"),
+        ({"inputs": "UklGRg==", "parameters": {"assisted": True, "batch_size": 1}}, InvalidParametersError, "needs an assistant model"),
+    ],
+)
+def test_bad_requests_are_typed_errors_and_the_handler_keeps_serving(handler, short_wav, data, error, message) -> None:
+    with pytest.raises(error) as raised:
+        handler(data)
+    assert message in str(raised.value)
+    assert handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})["duration"] == 2.0
+
+
+def test_truncated_wav_is_refused(handler, sample_bytes) -> None:
+    with pytest.raises(InvalidAudioError, match="the WAV file is truncated"):
+        handler({"inputs": b64(sample_bytes[: len(sample_bytes) // 3])})
+
+
+def test_too_many_speakers_for_short_audio_is_the_clients_error(handler, sample_audio) -> None:
+    with pytest.raises(InvalidParametersError, match="too few speech regions for that many speakers"):
+        handler.engine.run(sample_audio.samples[: 11 * 16000], {"num_speakers": 3})
+
+
+def test_speaker_parameters_without_diarizer_are_refused(monkeypatch, tiny, sample_bytes, short_wav) -> None:
+    handler = make_handler(monkeypatch, tiny)
+    with pytest.raises(InvalidParametersError, match="num_speakers need a diarization model: set DIARIZATION_MODEL"):
+        handler({"inputs": b64(sample_bytes), "parameters": {"num_speakers": 2}})
+    response = handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})
+    assert response["speakers"] == [] and response["chunks"]
+
+
+def test_missing_or_wrong_models_fail_at_load_with_what_to_do(monkeypatch, tmp_path, tiny) -> None:
+    from handler import EndpointHandler
+
+    monkeypatch.delenv("ASR_MODEL", raising=False)
+    get_model_settings.cache_clear()
+    with pytest.raises(ModelLoadError, match="ASR_MODEL is not set"):
+        EndpointHandler("/repository")
+    with pytest.raises(ModelLoadError, match="cannot load the ASR model"):
+        make_handler(monkeypatch, tmp_path / "no-such-model")
+    with pytest.raises(ModelLoadError, match="accept its conditions on the Hub"):
+        make_handler(monkeypatch, tiny, diarization=tmp_path / "no-such-pipeline")
+
+
+@pytest.mark.slow
+def test_word_error_rate_of_converted_base_on_pyannote_sample(monkeypatch, converted_model, sample_wav) -> None:
+    import jiwer
+
+    handler = make_handler(monkeypatch, converted_model("whisper-base"))
+    response = handler({"inputs": b64(sample_wav.read_bytes()), "parameters": {"language": "en"}})
+    reference = " ".join(line.split(maxsplit=5)[5] for line in sample_wav.with_suffix(".stm").read_text().splitlines())
+
+    def normalise(text: str) -> str:
+        return re.sub(r"\s+", " ", re.sub(r"[^\w\s']", " ", text.lower())).strip()
+
+    error_rate = jiwer.wer(normalise(reference), normalise(response["text"]))
+    print(f"WER whisper-base on sample.wav: {error_rate:.3f}")
+    assert error_rate <= 0.30
