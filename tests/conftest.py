@@ -12,7 +12,6 @@ import pytest
 
 # Tests never reach a hub, and pyannote must not send telemetry.
 os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 

@@ -44,6 +44,9 @@ def isolated_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(deploy.API_URL_ENV, raising=False)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    # conftest.py makes every other test offline; these talk to the fake API on loopback.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
 
 def deploy_cli(fake: FakeEndpointsApi, *argv: str) -> int:
