@@ -1,0 +1,107 @@
+"""Real servers on loopback ports for the server tests.
+
+`server_process` starts `python -m whosaid serve` in a subprocess, configured through the
+environment as an operator would: the real CLI, the real Uvicorn, real models. It runs torch on
+one thread: on a shared two-core machine, torch's default of one thread per core makes its
+threads wait for each other and inference 20x slower.
+
+`threaded_server` runs an app built in the test (stub engines, failure injection) under Uvicorn
+in a thread of the test process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVER_START_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def answers(url: str, status: int = 200) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == status
+    except requests.ConnectionError:
+        return False
+
+
+@contextlib.contextmanager
+def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True) -> Iterator[str]:
+    """`python -m whosaid serve` on a free loopback port; yields its base URL."""
+    port = free_port()
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYANNOTE_METRICS_ENABLED": "false",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        **env,
+    }
+    command = [sys.executable, "-m", "whosaid", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with {process.returncode}:\n{_tail(log_path)}")
+            return answers(f"{url}/ready" if wait_ready else f"{url}/health")
+
+        wait_until(up, SERVER_START_TIMEOUT_S, "the server to start", interval_s=0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def threaded_server(app: object, *, wait_ready: bool = True) -> Iterator[str]:
+    """Uvicorn serving `app` from a thread of this process; yields its base URL."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{config.port}"
+    try:
+        wait_until(lambda: server.started, 30, "uvicorn to start")
+        if wait_ready:
+            wait_until(lambda: answers(f"{url}/ready"), 30, "the models to load")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,113 @@
+"""Output formats on hand-made transcripts: exact strings and shapes, the empty transcript, and
+the server's response model against the core's own dict."""
+
+from __future__ import annotations
+
+import pytest
+
+from whosaid.formats import (
+    DiarizedTranscription,
+    VerboseTranscription,
+    render,
+    to_diarized_json,
+    to_json,
+    to_rttm,
+    to_srt,
+    to_text,
+    to_verbose_json,
+    to_vtt,
+)
+from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Transcript
+from whosaid.server.schemas import TranscriptResponse
+
+HELLO = Chunk(0.0, 1.5, " Hello there.")
+ANSWER = Chunk(1.5, 3661.25, " General <Kenobi> & co.")
+PLAIN = Transcript(text="Hello there. General <Kenobi> & co.", chunks=(HELLO, ANSWER), duration_s=3662.0, language="en", decoding="batched")
+DIARIZED = Transcript(
+    text=PLAIN.text,
+    chunks=PLAIN.chunks,
+    duration_s=3662.0,
+    language="en",
+    speakers=(
+        SpeakerSegment("SPEAKER_00", 0.0, 1.5, "Hello there.", (HELLO,)),
+        SpeakerSegment("SPEAKER_01", 1.5, 3661.25, "General <Kenobi> & co.", (ANSWER,)),
+    ),
+    turns=(SpeakerTurn(0.2, 1.4, "SPEAKER_00"), SpeakerTurn(1.6, 3661.0, "SPEAKER_01")),
+    diarized=True,
+    decoding="assisted",
+    warnings=("unknown parameter 'beam_size' was ignored",),
+)
+SILENCE = Transcript(text="", chunks=(), duration_s=3.0, diarized=True)
+
+
+def test_text_is_newline_terminated() -> None:
+    assert to_text(PLAIN) == "Hello there. General <Kenobi> & co.\n"
+    assert to_text(SILENCE) == "\n"
+
+
+def test_srt_cues_with_and_without_speakers() -> None:
+    assert to_srt(PLAIN) == (
+        "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n"
+        "2\n00:00:01,500 --> 01:01:01,250\nGeneral <Kenobi> & co.\n"
+    )
+    assert to_srt(DIARIZED).splitlines()[2] == "SPEAKER_00: Hello there."
+    assert to_srt(SILENCE) == ""
+
+
+def test_vtt_escapes_markup_and_names_voices() -> None:
+    assert to_vtt(PLAIN) == (
+        "WEBVTT\n\n"
+        "00:00:00.000 --> 00:00:01.500\nHello there.\n\n"
+        "00:00:01.500 --> 01:01:01.250\nGeneral &lt;Kenobi&gt; &amp; co.\n"
+    )
+    assert to_vtt(DIARIZED).splitlines()[-1] == "<v SPEAKER_01>General &lt;Kenobi&gt; &amp; co."
+    assert to_vtt(SILENCE) == "WEBVTT\n"
+
+
+def test_cue_text_keeps_no_line_breaks() -> None:
+    broken = Transcript(text="a b", chunks=(Chunk(0.0, 1.0, " a\n\nb "),), duration_s=1.0)
+    assert to_srt(broken) == "1\n00:00:00,000 --> 00:00:01,000\na b\n"
+
+
+def test_rttm_lists_diarizer_turns() -> None:
+    assert to_rttm(DIARIZED, file_id="my meeting") == (
+        "SPEAKER my_meeting 1 0.200 1.200 <NA> <NA> SPEAKER_00 <NA> <NA>\n"
+        "SPEAKER my_meeting 1 1.600 3659.400 <NA> <NA> SPEAKER_01 <NA> <NA>\n"
+    )
+    assert to_rttm(SILENCE) == ""
+    with pytest.raises(ValueError, match="diarization model"):
+        to_rttm(PLAIN)
+
+
+def test_json_shapes() -> None:
+    assert to_json(PLAIN).model_dump() == {"text": PLAIN.text, "usage": {"type": "duration", "seconds": 3662.0}}
+    assert to_json(DIARIZED).model_dump()["warnings"] == ["unknown parameter 'beam_size' was ignored"]
+    verbose = to_verbose_json(DIARIZED).model_dump()
+    assert verbose["task"] == "transcribe" and verbose["language"] == "english"
+    assert verbose["segments"][1] == {"id": 1, "start": 1.5, "end": 3661.25, "text": " General <Kenobi> & co.", "speaker": "SPEAKER_01"}
+    assert "speaker" not in to_verbose_json(PLAIN).model_dump()["segments"][0]
+    assert to_verbose_json(PLAIN, task="translate").language == "english"
+    assert to_verbose_json(SILENCE).model_dump()["language"] is None
+    diarized = to_diarized_json(DIARIZED).model_dump()
+    assert diarized["task"] == "transcribe" and diarized["duration"] == 3662.0
+    assert diarized["segments"][0] == {
+        "type": "transcript.text.segment", "id": "seg_0", "start": 0.0, "end": 1.5, "text": "Hello there.", "speaker": "SPEAKER_00",
+    }
+    with pytest.raises(ValueError):
+        to_diarized_json(PLAIN)
+
+
+def test_render_dispatches_every_format() -> None:
+    assert isinstance(render(DIARIZED, "verbose_json"), VerboseTranscription)
+    assert isinstance(render(DIARIZED, "diarized_json"), DiarizedTranscription)
+    for text_format in ("text", "srt", "vtt", "rttm"):
+        assert isinstance(render(DIARIZED, text_format), str)
+    with pytest.raises(ValueError, match="unknown response format"):
+        render(DIARIZED, "docx")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("transcript", [PLAIN, DIARIZED, SILENCE], ids=["plain", "diarized", "silence"])
+def test_the_server_response_model_is_exactly_the_core_dict(transcript: Transcript) -> None:
+    """POST / answers TranscriptResponse(**transcript.to_dict()): nothing may be added or lost."""
+    as_dict = transcript.to_dict()
+    assert TranscriptResponse.model_validate(as_dict).model_dump(mode="json") == as_dict

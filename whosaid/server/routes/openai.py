@@ -1,0 +1,155 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations: OpenAI's audio API, so that the
+openai SDK (and tools built on it) can use this server by changing `base_url`.
+
+Multipart form as OpenAI takes it. `model` is accepted and ignored (the server runs the models it
+loaded). Whisper prompts, sampling temperatures and word timestamps are not supported: they are
+accepted and reported as warnings rather than refused, so that existing clients keep working.
+Speaker-count hints (num_speakers, min_speakers, max_speakers) are extra form fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional, Union
+
+from fastapi import APIRouter, Depends, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from whosaid.formats import (
+    DIARIZED_FORMATS,
+    DiarizedTranscription,
+    JsonTranscription,
+    ResponseFormat,
+    Task,
+    VerboseTranscription,
+    render,
+)
+from whosaid.server.auth import require_api_key
+from whosaid.server.dependencies import get_service
+from whosaid.server.errors import ERROR_RESPONSES, ApiError
+from whosaid.server.service import TranscriptionService
+
+router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
+
+MEDIA_TYPES = {
+    "text": "text/plain",
+    "srt": "application/x-subrip",
+    "vtt": "text/vtt",
+    "rttm": "text/plain",
+}
+_TEXT_RESPONSES = {
+    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text",
+    "content": {media_type: {"schema": {"type": "string"}} for media_type in sorted(set(MEDIA_TYPES.values()))},
+}
+
+
+class AudioForm(BaseModel):
+    """The multipart form of both routes (OpenAI's fields plus speaker-count hints)."""
+
+    file: UploadFile = Field(description="the audio file: wav, flac, mp3, ogg/opus, m4a, webm")
+    model: Optional[str] = Field(default=None, description="accepted and ignored")
+    language: Optional[str] = Field(
+        default=None, description="spoken language (ISO-639-1 such as 'en'); detected when absent"
+    )
+    prompt: Optional[str] = Field(default=None, description="not supported: ignored with a warning")
+    response_format: ResponseFormat = Field(
+        default="json",
+        description="json, text, srt, vtt, verbose_json; diarized_json and rttm need a diarization model",
+    )
+    temperature: float = Field(
+        default=0.0, ge=0, le=1, description="decoding is deterministic: other values are ignored with a warning"
+    )
+    timestamp_granularities: list[Literal["word", "segment"]] = Field(
+        default_factory=list,
+        alias="timestamp_granularities[]",
+        description="segment timestamps are always given; word timestamps are not available",
+    )
+    stream: bool = Field(default=False, description="streaming is not supported")
+    num_speakers: Optional[int] = Field(default=None, description="exact number of speakers")
+    min_speakers: Optional[int] = Field(default=None, description="lower bound on speakers")
+    max_speakers: Optional[int] = Field(default=None, description="upper bound on speakers")
+
+    def parameters(self, task: Task) -> dict[str, object]:
+        """The core's request parameters (validated there, like every edge's)."""
+        values = {
+            "task": task,
+            "language": self.language,
+            "num_speakers": self.num_speakers,
+            "min_speakers": self.min_speakers,
+            "max_speakers": self.max_speakers,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+    def ignored(self) -> list[str]:
+        warnings = []
+        if self.prompt:
+            warnings.append("prompt is not supported by this server and was ignored")
+        if self.temperature > 0:
+            warnings.append("temperature was ignored: decoding here is deterministic")
+        if "word" in self.timestamp_granularities:
+            warnings.append("word timestamps are not available; segments carry the timestamps")
+        return warnings
+
+
+_RESPONSES = {**ERROR_RESPONSES, 200: _TEXT_RESPONSES}
+
+
+@router.post(
+    "/transcriptions",
+    response_model=Union[JsonTranscription, VerboseTranscription, DiarizedTranscription],
+    responses=_RESPONSES,
+    summary="Transcribe audio (OpenAI-compatible)",
+)
+async def create_transcription(
+    request: Request,
+    form: Annotated[AudioForm, Form()],
+    service: TranscriptionService = Depends(get_service),
+) -> Response:
+    return await _respond(request, form, service, task="transcribe")
+
+
+@router.post(
+    "/translations",
+    response_model=Union[JsonTranscription, VerboseTranscription],
+    responses=_RESPONSES,
+    summary="Translate speech into English text (OpenAI-compatible)",
+)
+async def create_translation(
+    request: Request,
+    form: Annotated[AudioForm, Form()],
+    service: TranscriptionService = Depends(get_service),
+) -> Response:
+    if form.response_format == "diarized_json":
+        raise ApiError(
+            422,
+            "invalid_parameters",
+            "diarized_json is a transcription format; use /v1/audio/transcriptions",
+            param="response_format",
+        )
+    return await _respond(request, form, service, task="translate")
+
+
+async def _respond(request: Request, form: AudioForm, service: TranscriptionService, *, task: Task) -> Response:
+    if form.stream:
+        raise ApiError(422, "invalid_parameters", "streaming is not supported; send stream=false", param="stream")
+    if form.response_format in DIARIZED_FORMATS and service.engine().diarizer is None:
+        raise ApiError(
+            422,
+            "invalid_parameters",
+            f"response_format={form.response_format} needs a diarization model: start the server "
+            "with DIARIZATION_MODEL set (and HF_TOKEN for gated pyannote models)",
+            param="response_format",
+        )
+    data = await form.file.read()
+    transcript = await service.transcribe(
+        data,
+        form.parameters(task),
+        extra_warnings=form.ignored(),
+        is_disconnected=request.is_disconnected,
+    )
+    file_id = Path(form.file.filename or "").stem or "audio"
+    rendered = render(transcript, form.response_format, task=task, file_id=file_id)
+    if isinstance(rendered, str):
+        return PlainTextResponse(rendered, media_type=MEDIA_TYPES[form.response_format])
+    return JSONResponse(rendered.model_dump(mode="json"))

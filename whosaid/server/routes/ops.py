@@ -1,0 +1,44 @@
+"""GET /health (alive), /ready (models loaded), /metrics (Prometheus). None of them waits for a
+job slot, so they answer while inference runs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from whosaid.server.auth import require_api_key
+from whosaid.server.errors import ErrorResponse
+from whosaid.server.schemas import HealthResponse, ReadyResponse
+
+router = APIRouter(tags=["Operations"])
+
+
+@router.get("/health", response_model=HealthResponse, summary="Liveness: the process answers")
+async def health() -> HealthResponse:
+    return HealthResponse()
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyResponse,
+    responses={503: {"model": ErrorResponse, "description": "models loading or failed to load; the message says which"}},
+    summary="Readiness: the models are loaded",
+)
+async def ready(request: Request) -> ReadyResponse:
+    state = request.app.state.service.state
+    if not state.ready:
+        raise state.not_ready_error()
+    return ReadyResponse(load_duration_s=state.load_duration_s)
+
+
+@router.get(
+    "/metrics",
+    dependencies=[Depends(require_api_key)],
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition format"}},
+    summary="Prometheus metrics",
+)
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, media_type=content_type)
+

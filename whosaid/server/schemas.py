@@ -1,0 +1,76 @@
+"""Request and response models of the Inference Endpoints route and the operations routes.
+(The OpenAI routes' response models live in whosaid.formats, beside the code that builds them.)"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from typing_extensions import Annotated
+
+from whosaid.config import InferenceConfig
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class InferenceRequest(BaseModel):
+    """The Inference Endpoints contract: `{"inputs": <base64 audio>, "parameters": {...}}`."""
+
+    # huggingface_hub's InferenceClient spreads extra payload keys beside these two.
+    model_config = ConfigDict(extra="ignore")
+
+    # Typed loosely on purpose: the core validates both (load_audio, InferenceConfig), so the
+    # server accepts and rejects exactly what the endpoint handler does, with the same messages.
+    inputs: Annotated[
+        Any,
+        WithJsonSchema(
+            {
+                "type": "string",
+                "contentEncoding": "base64",
+                "description": "the audio file (wav, flac, mp3, ogg/opus, m4a, webm), base64-encoded",
+            }
+        ),
+    ]
+    # Documented as InferenceConfig (inline: it has no nested models), validated by the core.
+    parameters: Annotated[
+        Any, WithJsonSchema({"anyOf": [InferenceConfig.model_json_schema(), {"type": "null"}]})
+    ] = None
+
+
+class TranscriptChunk(BaseModel):
+    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
+    text: str
+
+
+class TranscriptSpeakerSegment(BaseModel):
+    speaker: str
+    text: str
+    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
+
+
+class TranscriptResponse(BaseModel):
+    """`Transcript.to_dict()`: the seed handler's response (text, chunks, speakers) plus language,
+    duration, decoding path and warnings. Fields the core leaves out are left out here too."""
+
+    text: str
+    chunks: list[TranscriptChunk]
+    speakers: list[TranscriptSpeakerSegment] = Field(
+        description="consecutive chunks by one speaker; empty without a diarization model"
+    )
+    language: Optional[str] = Field(default=None, exclude_if=_is_none)
+    duration: float = Field(description="duration of the input audio in seconds")
+    decoding: Optional[Literal["assisted", "batched"]] = Field(
+        default=None, exclude_if=_is_none, description="absent when nothing was decoded (silence)"
+    )
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready"] = "ready"
+    load_duration_s: Optional[float] = Field(default=None, description="how long loading took")

@@ -1,0 +1,61 @@
+"""The one code path from an HTTP request into the Engine, shared by every inference route."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Awaitable, Callable, Optional, Sequence
+
+from whosaid.audio import AudioInput, load_audio
+from whosaid.config import InferenceConfig
+from whosaid.engine import Engine
+from whosaid.results import Transcript
+from whosaid.server.errors import ApiError
+from whosaid.server.jobs import JobLimiter
+from whosaid.server.metrics import Metrics
+from whosaid.server.state import EngineState
+
+
+class TranscriptionService:
+    def __init__(
+        self, state: EngineState, limiter: JobLimiter, metrics: Metrics, max_audio_duration_s: float
+    ) -> None:
+        self.state = state
+        self.limiter = limiter
+        self.metrics = metrics
+        self.max_audio_duration_s = max_audio_duration_s
+
+    def engine(self) -> Engine:
+        return self.state.require_engine()
+
+    async def transcribe(
+        self,
+        inputs: AudioInput,
+        parameters: Optional[dict[str, Any]],
+        *,
+        extra_warnings: Sequence[str] = (),
+        is_disconnected: Optional[Callable[[], Awaitable[bool]]] = None,
+    ) -> Transcript:
+        """What Engine.run does, split so that cheap checks happen before a request takes a
+        place in the queue and the expensive ones (decoding, inference) in a worker thread."""
+        engine = self.engine()
+        config, warnings = engine.parse_parameters(parameters)
+        all_warnings = [*warnings, *extra_warnings]
+        return await self.limiter.run(
+            lambda: self._job(engine, inputs, config, all_warnings), is_disconnected=is_disconnected
+        )
+
+    def _job(
+        self, engine: Engine, inputs: AudioInput, config: InferenceConfig, warnings: Sequence[str]
+    ) -> Transcript:
+        started = time.perf_counter()
+        audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
+        if audio.duration_s > self.max_audio_duration_s:
+            raise ApiError(
+                413,
+                "audio_too_long",
+                f"the audio lasts {audio.duration_s:.1f} s, longer than this server's limit of "
+                f"{self.max_audio_duration_s:g} s (MAX_AUDIO_DURATION_S); split it and send the parts",
+            )
+        transcript = engine.transcribe(audio, config, warnings=warnings)
+        self.metrics.observe_transcript(transcript, time.perf_counter() - started)
+        return transcript
