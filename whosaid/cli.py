@@ -18,18 +18,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """Every command is listed; only `command`'s module is imported to add its arguments, so one
+    command's heavy or broken imports never affect another."""
     parser = argparse.ArgumentParser(prog="whosaid", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module_name)
-        importlib.import_module(module_name).add_arguments(sub)
+        if name == command:
+            importlib.import_module(module_name).add_arguments(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((word for word in argv if not word.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     return int(importlib.import_module(args._module).run(args) or 0)
 
 
