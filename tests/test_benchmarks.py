@@ -1,0 +1,134 @@
+"""The benchmark scripts run and write their tables, so that they cannot rot unnoticed.
+
+Smoke runs only: tiny inputs, one repetition, and no assertion on any timing (benchmarks print
+numbers; they never pass or fail on them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ASR_IMPLEMENTATIONS = ("whosaid", "transformers", "faster-whisper-fp32", "faster-whisper-int8")
+SCRIPT_TIMEOUT_S = 600  # a hung script fails the test instead of the whole run
+
+
+def run_script(*argv: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert result.returncode == 0, f"{argv} exited with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+def only_file(directory: Path, pattern: str) -> Path:
+    matches = sorted(directory.glob(pattern))
+    assert len(matches) == 1, f"expected one {pattern} in {directory}, found {matches}"
+    return matches[0]
+
+
+@pytest.mark.slow
+def test_speed_smoke_compares_all_implementations(tmp_path: Path) -> None:
+    run_script("benchmarks/speed.py", "--smoke", "--output-dir", str(tmp_path))
+
+    result = json.loads(only_file(tmp_path, "speed-*.json").read_text())
+    rows = {row["implementation"]: row for row in result["rows"]}
+    assert set(rows) == set(ASR_IMPLEMENTATIONS)
+    for name, row in rows.items():
+        assert "error" not in row, f"{name}: {row.get('error')}\n{row.get('log_tail')}"
+        assert row["median_s"] > 0 and row["peak_rss_mib"] > 0
+        assert 0 <= row["wer"] <= 3  # a real transcript of real speech, not an empty string
+        assert "new jersey" in row["output"]["text"].lower()
+    assert {ratio["baseline"] for ratio in result["ratios"]} == set(ASR_IMPLEMENTATIONS) - {"whosaid"}
+    table = (tmp_path / "speed-latest.md").read_text()
+    for name in ASR_IMPLEMENTATIONS:
+        assert f"| {name} |" in table
+
+
+@pytest.mark.slow
+def test_speed_times_assisted_modes_and_diarization(tmp_path: Path, tiny_whisper, random_diarizer_dir: Path) -> None:
+    main = tiny_whisper("bench-main", seed=0)
+    assistant = tiny_whisper("bench-distil", seed=1, decoder_layers=1, encoder_of=main)
+    run_script(
+        "benchmarks/speed.py", "--model", str(main), "--implementations", "", "--assistant", str(assistant),
+        "--diarization", str(random_diarizer_dir), "--clips", "smoke", "--repeats", "1", "--warmup", "0",
+        "--output-dir", str(tmp_path),
+    )
+
+    rows = {row["implementation"]: row for row in json.loads(only_file(tmp_path, "speed-*.json").read_text())["rows"]}
+    assert set(rows) == {"whosaid-assisted", "whosaid-unassisted", "whosaid-auto", "diarization"}
+    assert [rows[name].get("decoding") for name in ("whosaid-assisted", "whosaid-unassisted", "whosaid-auto")] == [
+        "assisted", "batched", "assisted"  # auto assists audio that fits one window
+    ]
+    # random weights: the DER is meaningless, but it is computed, with and without a collar
+    assert 0 <= rows["diarization"]["der"] and 0 <= rows["diarization"]["der_collar_0.25"]
+    assert "## Diarization" in (tmp_path / "speed-latest.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def payloads(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks.run import prepare_payloads
+
+    return prepare_payloads(tmp_path_factory.mktemp("k6-audio"))
+
+
+def inspect_k6(script: str, payloads: dict, **env: str) -> subprocess.CompletedProcess:
+    """`k6 inspect`: runs the script's init code (audio loading, option parsing) and prints its
+    options, without sending a request. `inspect` ignores the process environment, hence -e."""
+    from benchmarks.run import K6_DIR, find_k6
+
+    env = {"SHORT_AUDIO": payloads["short"]["path"], "LONG_AUDIO": payloads["long"]["path"], **env}
+    variables = [argument for key, value in env.items() for argument in ("-e", f"{key}={value}")]
+    return subprocess.run(
+        [str(find_k6()), "inspect", *variables, str(K6_DIR / script)], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("script", ["transcribe.js", "ramp.js"])
+def test_k6_scripts_load_and_declare_error_thresholds(payloads: dict, script: str) -> None:
+    inspected = inspect_k6(script, payloads)
+    assert inspected.returncode == 0, inspected.stderr
+    options = json.loads(inspected.stdout)
+    assert options["thresholds"]["http_req_failed"] == ["rate<0.01"]
+    assert options["thresholds"]["checks"] == ["rate>0.99"]
+    assert "p(95)" in options["summaryTrendStats"]
+
+
+def test_k6_rejects_an_unknown_scenario(payloads: dict) -> None:
+    inspected = inspect_k6("transcribe.js", payloads, SCENARIOS="short_asisted")
+    assert inspected.returncode != 0
+    assert "unknown scenario short_asisted" in inspected.stdout + inspected.stderr
+
+
+@pytest.mark.slow
+def test_runner_against_a_real_server(tmp_path: Path) -> None:
+    from whosaid.cli import COMMANDS
+
+    if "serve" not in COMMANDS:
+        pytest.skip("the server (`python -m whosaid serve`) is not in this checkout")
+    # ASSISTED=auto: the runner's probe meets a server without an assistant, whose refusal must
+    # mark the assisted scenario as skipped without counting as a failed request.
+    run_script(
+        "benchmarks/run.py", "--model", "whisper-tiny.en", "--scenarios", "short_assisted,short_not_assisted",
+        "--assisted", "auto", "--iterations", "2", "--ramp-stages", "1s:1", "--skip-speed", "--output-dir", str(tmp_path),
+    )
+
+    result = json.loads(only_file(tmp_path, "k6-*.json").read_text())
+    transcribe = result["runs"]["transcribe"]
+    assert transcribe["exit_code"] == 0
+    summary = transcribe["summary"]
+    assert summary["metrics"]["short_not_assisted"]["values"]["count"] == 2
+    assert summary["metrics"]["http_req_failed"]["values"]["rate"] == 0
+    assert summary["whosaid"]["scenarios"]["short_assisted"]["status"] == "skipped"
+    assert result["runs"]["ramp"]["exit_code"] == 0
+    table = (tmp_path / "k6-latest.md").read_text()
+    assert "| short_not_assisted | 8 |" in table and "skipped: the server takes no assisted requests" in table
+    assert (tmp_path / "k6-latest.png").stat().st_size > 0
