@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.fake_endpoints_api import FakeEndpointsApi
 from whosaid import deploy
-from whosaid.deploy import handler_files, main
+from whosaid.deploy import handler_files, import_closure, main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "hf_fakeTokenThatMustOnlyTravelAsASecret"
@@ -378,10 +378,18 @@ def make_checkout(root: Path) -> Path:
         "models/whisper/config.json", "benchmarks/run.py", "scripts/setup_models.py", ".env",
         "requirements-dev.txt", "requirements-server.txt", ".ci/pipeline.yml", "README.md",
     ]
+    imports = {
+        "handler.py": "import torch\nfrom whosaid.asr import recognise\n",
+        "config.py": "from whosaid.errors import E\n",
+        "diarization_utils.py": "from whosaid.formats import srt\n",
+        "whosaid/asr.py": "from .errors import E\n",
+        "whosaid/cli.py": "from whosaid.asr import recognise\n",
+        "whosaid/server/routes.py": "from ..asr import recognise\n",
+    }
     for name in files:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {name}\n")
+        path.write_text(imports.get(name, f"# {name}\n"))
     return root
 
 
@@ -434,61 +442,19 @@ def test_upload_handler_commits_exactly_handler_files(fake, capsys, tmp_path):
 
 # The rule the file list must keep: whatever handler.py imports from this checkout, directly or
 # through other local modules, ships; the edge-only modules never do.
-EDGE_ONLY = ("whosaid/cli.py", "whosaid/__main__.py", "whosaid/deploy.py", "whosaid/convert.py")
+EDGE_ONLY = (
+    "whosaid/cli.py", "whosaid/__main__.py", "whosaid/deploy.py", "whosaid/convert.py",
+    "whosaid/formats.py", "whosaid/serve_cli.py", "whosaid/transcribe_cli.py", "whosaid/model_options.py",
+)
 EDGE_ONLY_PREFIXES = ("whosaid/server", "whosaid/bench")
-
-
-def _module_file(root: Path, module: str) -> Path | None:
-    """The checkout's file for a dotted module name, or None for a third-party module."""
-    base = root.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imported_modules(root: Path, path: Path) -> set[str]:
-    """Dotted names a file imports (for `from a import b`: a and a.b, b being maybe a module)."""
-    package = list(path.relative_to(root).parts[:-1])  # for a package's __init__ too
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package[: len(package) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in names if name}
-
-
-def handler_import_closure(root: Path) -> set[str]:
-    """Every checkout file handler.py needs at import time or later, found with `ast` alone."""
-    seen: set[Path] = set()
-    pending = [root / "handler.py"]
-    while pending:
-        path = pending.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for module in _imported_modules(root, path):
-            parts = module.split(".")
-            for depth in range(1, len(parts) + 1):  # a package's __init__ runs before its modules
-                found = _module_file(root, ".".join(parts[:depth]))
-                if found is not None:
-                    pending.append(found)
-    return {path.relative_to(root).as_posix() for path in seen}
 
 
 def test_handler_files_cover_every_local_module_handler_py_imports():
     assert (REPO_ROOT / "handler.py").is_file(), "handler.py is the endpoint's entry point"
     shipped = set(handler_files(REPO_ROOT))
-    needed = handler_import_closure(REPO_ROOT)
+    needed = import_closure(REPO_ROOT, ["handler.py"])
     assert needed - shipped == set(), "handler.py imports modules that upload-handler leaves out"
-    assert "handler.py" in needed
+    assert {"handler.py", "whosaid/engine.py", "whosaid/asr.py", "whosaid/audio.py"} <= needed
 
 
 def test_handler_files_hold_no_edge_only_module():
@@ -516,7 +482,7 @@ def test_import_closure_follows_relative_and_package_imports(tmp_path):
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert handler_import_closure(tmp_path) == {
+    assert import_closure(tmp_path, ["handler.py"]) == {
         "handler.py", "config.py", "whosaid/__init__.py", "whosaid/engine.py", "whosaid/asr.py",
         "whosaid/errors.py", "whosaid/results.py", "whosaid/formats/__init__.py",
         "whosaid/formats/srt.py",

@@ -11,12 +11,13 @@ Endpoint calls go through huggingface_hub's Inference Endpoints API (`HfApi.*_in
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import json
 import os
 import sys
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import requests
@@ -55,13 +56,8 @@ DEFAULT_POLL_INTERVAL_S = 10.0
 ENDPOINT_TYPES = ("protected", "private", "public")
 ENDPOINTS_UI_URL = "https://endpoints.huggingface.co"
 
-# Files at the root of the handler repo, next to the `whosaid` core package.
+# Files at the root of the handler repo; the core modules they import ship beside them.
 HANDLER_ROOT_FILES = ("handler.py", "config.py", "diarization_utils.py", "requirements.txt")
-CORE_PACKAGE = "whosaid"
-# Edge-only modules of the core package, as module names or name prefixes (`server.py`, `server/`,
-# `bench_speed.py` ...). The endpoint never imports them, and they import what its image lacks.
-EDGE_ONLY_MODULES = frozenset({"cli", "__main__", "deploy", "convert"})
-EDGE_ONLY_PREFIXES = ("server", "bench")
 
 PACKAGE_REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,36 +70,66 @@ class DeployError(Exception):
 # The handler repo
 
 
-def is_edge_only(relative_path: str) -> bool:
-    """Whether a path under `whosaid/` belongs to an edge (server, CLI, tools), not to the core."""
-    parts = PurePosixPath(relative_path).parts
-    if len(parts) < 2 or parts[0] != CORE_PACKAGE:
-        return False
-    module = parts[1].removesuffix(".py")
-    return module in EDGE_ONLY_MODULES or module.startswith(EDGE_ONLY_PREFIXES)
+def _module_file(repo_root: Path, module: str) -> Optional[Path]:
+    """The checkout's file for a dotted module name, or None for a third-party module."""
+    base = repo_root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_modules(repo_root: Path, path: Path) -> set[str]:
+    """Dotted names a file imports (for `from a import b`: a and a.b, b being maybe a module)."""
+    package = list(path.relative_to(repo_root).parts[:-1])
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in names if name}
+
+
+def import_closure(repo_root: Path, entry_points: Sequence[str]) -> set[str]:
+    """Every checkout file the entry points import, directly or not, at import time or later
+    (imports inside functions count), found with `ast` alone: nothing is executed."""
+    seen: set[Path] = set()
+    pending = [repo_root / name for name in entry_points]
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module in _imported_modules(repo_root, path):
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):  # a package's __init__ runs before its modules
+                found = _module_file(repo_root, ".".join(parts[:depth]))
+                if found is not None:
+                    pending.append(found)
+    return {path.relative_to(repo_root).as_posix() for path in seen}
 
 
 def handler_files(repo_root: Path) -> list[str]:
-    """The files of the Inference Endpoints handler repo, as POSIX paths relative to `repo_root`.
-
-    An explicit list rather than "the folder minus ignores": the upload must never pick up tests,
-    local weights, benchmarks, `.env` files or edge-only modules that happen to lie in the tree.
-    Only `.py` files of the core package are shipped.
+    """The files of the Inference Endpoints handler repo, as POSIX paths relative to `repo_root`:
+    the root files and exactly the core modules they import. The server, CLI and tools never
+    ship (they import what the endpoint's image lacks), nor do tests, weights or `.env` files.
     """
     repo_root = Path(repo_root)
     missing = [name for name in HANDLER_ROOT_FILES if not (repo_root / name).is_file()]
-    if not (repo_root / CORE_PACKAGE / "__init__.py").is_file():
-        missing.append(f"{CORE_PACKAGE}/__init__.py")
     if missing:
         raise DeployError(
             f"not a complete handler repo at {repo_root}: missing {', '.join(missing)}"
         )
-    core = sorted(
-        path.relative_to(repo_root).as_posix()
-        for path in (repo_root / CORE_PACKAGE).rglob("*.py")
-        if path.is_file() and "__pycache__" not in path.parts
-    )
-    return list(HANDLER_ROOT_FILES) + [path for path in core if not is_edge_only(path)]
+    python_roots = [name for name in HANDLER_ROOT_FILES if name.endswith(".py")]
+    modules = import_closure(repo_root, python_roots) - set(HANDLER_ROOT_FILES)
+    return list(HANDLER_ROOT_FILES) + sorted(modules)
 
 
 def upload_handler(
