@@ -24,30 +24,33 @@ _STAMP_FILE = "whosaid_benchmark_source.json"
 @dataclass(frozen=True)
 class ModelPaths:
     name: str  # shown in tables
-    transformers_dir: Path  # converted model: whosaid and the plain transformers pipeline
-    ct2_dir: Optional[Path]  # CTranslate2 original: faster-whisper; None when unknown
+    transformers_model: str  # directory or Hub id: whosaid and the plain transformers pipeline
+    ct2_model: Optional[str]  # CTranslate2 directory or faster-whisper model name; None: unknown
 
 
 def resolve_model(model: str, ct2_model: Optional[str] = None) -> ModelPaths:
-    """`model` is a packaged name (whisper-base, whisper-tiny.en), converted on first use, or a
-    transformers directory; `ct2_model` is the CTranslate2 checkpoint directory matching a
-    directory given as `model` (packaged names find their own)."""
+    """`model` is a packaged name (whisper-base, whisper-tiny.en), converted on first use, a
+    transformers directory, or a Hub id such as openai/whisper-large-v3 (on a machine that can
+    download). `ct2_model` is the matching CTranslate2 checkpoint for faster-whisper: a directory
+    or a name faster-whisper resolves itself (large-v3); packaged names find their own."""
     import importlib
 
     setup_models = importlib.import_module("scripts.setup_models")
     if model in setup_models.PACKAGED_MODELS:
         transformers_dir = setup_models.ensure_model(model).path
-        ct2_dir = Path(ct2_model) if ct2_model else packaged_ct2_dir(model)
-        return ModelPaths(model, transformers_dir, ct2_dir)
+        return ModelPaths(model, str(transformers_dir), ct2_model or str(packaged_ct2_dir(model)))
     directory = Path(model)
-    if not (directory / "config.json").is_file():
+    if directory.is_dir() and not (directory / "config.json").is_file():
+        raise ValueError(f"--model {model!r} is a directory without config.json, not a transformers Whisper model")
+    if not directory.is_dir() and "/" not in model:
         raise ValueError(
-            f"--model {model!r} is neither a packaged model ({', '.join(setup_models.PACKAGED_MODELS)}) "
-            "nor a transformers Whisper directory holding config.json"
+            f"--model {model!r} is neither a packaged model ({', '.join(setup_models.PACKAGED_MODELS)}), "
+            "a transformers directory, nor a Hub id (owner/name)"
         )
-    if ct2_model and not (Path(ct2_model) / "model.bin").is_file():
+    if ct2_model and Path(ct2_model).is_dir() and not (Path(ct2_model) / "model.bin").is_file():
         raise ValueError(f"--ct2-model {ct2_model!r} holds no model.bin (a CTranslate2 checkpoint directory)")
-    return ModelPaths(directory.name, directory, Path(ct2_model) if ct2_model else None)
+    name = directory.name if directory.is_dir() else model
+    return ModelPaths(name, str(directory) if directory.is_dir() else model, ct2_model)
 
 
 def packaged_ct2_dir(name: str) -> Path:

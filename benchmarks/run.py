@@ -149,13 +149,13 @@ class LocalServer:
 
 
 def start_server(
-    model_dir: Path, *, assistant: Optional[str], diarization: Optional[str], port: int, log_path: Path,
+    model: str, *, assistant: Optional[str], diarization: Optional[str], port: int, log_path: Path,
     extra_env: dict[str, str],
 ) -> LocalServer:
     # Empty values override whatever the caller's shell exports, so only the models asked for load.
     env = dict(
         os.environ,
-        ASR_MODEL=str(model_dir),
+        ASR_MODEL=model,
         ASSISTANT_MODEL=assistant or "",
         DIARIZATION_MODEL=diarization or "",
         PYANNOTE_METRICS_ENABLED="false",
@@ -286,6 +286,16 @@ def _count(summary: dict[str, Any], metric: str) -> int:
     return int(summary.get("metrics", {}).get(metric, {}).get("values", {}).get("count", 0))
 
 
+def completed_per_second(points: list[list[float]]) -> Optional[float]:
+    """Requests completed per second between the first request's start and the last one's end
+    (points are stamped when a request ends, with its latency in ms)."""
+    if not points:
+        return None
+    first_start = min(end_s - value / 1000 for end_s, value in points)
+    span_s = max(end_s for end_s, _ in points) - first_start
+    return len(points) / span_s if span_s > 0 else None
+
+
 def threshold_lines(run: dict[str, Any]) -> list[str]:
     lines = []
     for name, metric in run.get("summary", {}).get("metrics", {}).items():
@@ -350,10 +360,9 @@ def render_markdown(result: dict[str, Any]) -> str:
     if ramp:
         summary = ramp.get("summary", {})
         stats = trend_row(summary, RAMP_METRIC)
-        requests = _count(summary, "http_reqs")
         failed = _rate(summary, "http_req_failed")
-        stages = ", ".join(f"{stage['target']} VU for {stage['duration']}" for stage in summary.get("whosaid", {}).get("stages", []))
-        throughput = stats["count"] / ramp["duration_s"] if stats else None
+        stages = ", ".join(f"{stage['target']} user(s) for {stage['duration']}" for stage in summary.get("whosaid", {}).get("stages", []))
+        throughput = completed_per_second(ramp.get("points", {}).get(RAMP_METRIC, []))
         lines += [
             "",
             f"## Concurrency ramp: {stages}; load avg {fmt_load(ramp['load_average_before'])}",
@@ -363,9 +372,9 @@ def render_markdown(result: dict[str, Any]) -> str:
             "throughput stays flat on a saturated CPU.",
             "",
             markdown_table(
-                ["requests", "failed", "busy (429)", "ok req/s", "avg", "min", "med", "max", "p90", "p95"],
+                ["ok requests", "failed", "busy (429)", "ok req/s", "avg", "min", "med", "max", "p90", "p95"],
                 [[
-                    requests, fmt(100 * failed, 1) + " %" if failed is not None else None,
+                    stats["count"] if stats else 0, fmt(100 * failed, 1) + " %" if failed is not None else None,
                     _count(summary, "busy_refusals"), fmt(throughput, 3),
                     *((fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")) if stats else [None] * 6),
                 ]],
@@ -434,7 +443,7 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
         starts = [(t - value / 1000) for t, value in ramp_points]  # points are stamped at the end
         ax.scatter(starts, [value / 1000 for _, value in ramp_points], s=28, color="tab:red", alpha=0.75, zorder=3,
                    label="request (at its start)")
-        ax.set_xlabel("time since the ramp started (s)")
+        ax.set_xlabel("time since k6 started (s; the first seconds are the warm-up request)")
         ax.set_ylabel("latency (s)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -503,9 +512,12 @@ def benchmark_target(args: argparse.Namespace, scratch: Path) -> Iterator[Target
         return
     from benchmarks.models import resolve_model
 
-    model = resolve_model(args.model, args.ct2_model)
+    try:
+        model = resolve_model(args.model, args.ct2_model)
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
     server = start_server(
-        model.transformers_dir, assistant=args.assistant, diarization=args.diarization,
+        model.transformers_model, assistant=args.assistant, diarization=args.diarization,
         port=args.port or free_port(), log_path=scratch / "server.log",
         extra_env=omp_environment(args.omp_wait_policy),
     )

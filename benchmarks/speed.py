@@ -87,8 +87,8 @@ class Job:
     implementation: str
     clip: str
     model_name: str
-    transformers_dir: str
-    ct2_dir: Optional[str]
+    transformers_model: str
+    ct2_model: Optional[str]
     batch_size: int
     repeats: int
     warmup: int
@@ -129,7 +129,7 @@ def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assista
         # Explicit None: ASSISTANT_MODEL / DIARIZATION_MODEL in the caller's environment must not
         # sneak extra models into the timed pipeline.
         settings = ModelSettings(
-            asr_model=job.transformers_dir,
+            asr_model=job.transformers_model,
             assistant_model=job.assistant if with_assistant else None,
             diarization_model=None,
         )
@@ -152,9 +152,9 @@ def _load_transformers_pipeline(job: Job) -> Runner:
 
     device, dtype = _torch_device_and_dtype(job.threads)
     extra = {"device": device, "torch_dtype": dtype} if device != "cpu" else {}
-    asr = pipeline("automatic-speech-recognition", model=job.transformers_dir, **extra)
+    asr = pipeline("automatic-speech-recognition", model=job.transformers_model, **extra)
     # English-only checkpoints refuse a language argument; they only speak English anyway.
-    multilingual = bool(getattr(GenerationConfig.from_pretrained(job.transformers_dir), "is_multilingual", False))
+    multilingual = bool(getattr(GenerationConfig.from_pretrained(job.transformers_model), "is_multilingual", False))
     generate_kwargs = {"language": "en"} if multilingual else {}
 
     def run(samples: np.ndarray) -> Output:
@@ -175,11 +175,11 @@ def _faster_whisper_loader(compute_type: str) -> Callable[[Job], Runner]:
         import ctranslate2
         from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-        if job.ct2_dir is None:
+        if job.ct2_model is None:
             raise ValueError("faster-whisper needs the CTranslate2 checkpoint: pass --ct2-model DIR")
         on_gpu = ctranslate2.get_cuda_device_count() > 0
         model = WhisperModel(
-            job.ct2_dir,
+            job.ct2_model,
             device="cuda" if on_gpu else "cpu",
             compute_type="int8_float16" if on_gpu and compute_type == "int8" else compute_type,
             cpu_threads=job.threads,
@@ -202,7 +202,7 @@ def _load_diarization(job: Job) -> Runner:
 
     _torch_device_and_dtype(job.threads)
     diarizer = Diarizer.from_settings(
-        ModelSettings(asr_model=job.transformers_dir, diarization_model=job.diarization)
+        ModelSettings(asr_model=job.transformers_model, diarization_model=job.diarization)
     )
 
     def run(samples: np.ndarray) -> Output:
@@ -502,7 +502,7 @@ def plan_jobs(args: argparse.Namespace, model: Any, clips: dict[str, Clip]) -> l
     def job(implementation: str, clip: str) -> Job:
         return Job(
             implementation=implementation, clip=clip, model_name=model.name,
-            transformers_dir=str(model.transformers_dir), ct2_dir=str(model.ct2_dir) if model.ct2_dir else None,
+            transformers_model=model.transformers_model, ct2_model=model.ct2_model,
             batch_size=args.batch_size, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
             assistant=args.assistant, diarization=args.diarization,
         )
@@ -565,14 +565,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = resolve_arguments(args)
     from benchmarks.models import resolve_model
 
-    model = resolve_model(args.model, args.ct2_model)
+    try:
+        model = resolve_model(args.model, args.ct2_model)
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
     if args.implementations is None:
         args.implementations = [
-            name for name in ASR_IMPLEMENTATIONS if model.ct2_dir is not None or not name.startswith("faster-whisper")
+            name for name in ASR_IMPLEMENTATIONS if model.ct2_model is not None or not name.startswith("faster-whisper")
         ]
-        if model.ct2_dir is None:
+        if model.ct2_model is None:
             print("note: no CTranslate2 checkpoint for this model (--ct2-model): faster-whisper skipped", file=sys.stderr)
-    elif model.ct2_dir is None and any(name.startswith("faster-whisper") for name in args.implementations):
+    elif model.ct2_model is None and any(name.startswith("faster-whisper") for name in args.implementations):
         raise SystemExit("faster-whisper needs the CTranslate2 checkpoint of --model: pass --ct2-model DIR")
     clips = {spec: build_clip(spec) for spec in args.clips.split(",") if spec.strip()}
 
@@ -608,8 +611,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "machine": machine_info(),
         "settings": {
             "model": model.name,
-            "transformers_dir": str(model.transformers_dir),
-            "ct2_dir": str(model.ct2_dir) if model.ct2_dir else None,
+            "transformers_model": model.transformers_model,
+            "ct2_model": model.ct2_model,
             "batch_size": args.batch_size,
             "repeats": args.repeats,
             "warmup": args.warmup,

@@ -88,7 +88,10 @@ export function probeAssisted(shortBody) {
     return { supported: true, reason: null };
   }
   const body = parseJson(res);
-  const message = body && (body.error || body.detail || body.message);
+  // {"error": {"message": ...}} (this server, OpenAI style), {"error": "..."} (Inference
+  // Endpoints), {"detail": ...} (FastAPI defaults)
+  const error = body && (body.error || body.detail || body.message);
+  const message = error && typeof error.message === 'string' ? error.message : error;
   return {
     supported: false,
     reason: `HTTP ${res.status}: ${typeof message === 'string' ? message : JSON.stringify(message || res.body)}`,

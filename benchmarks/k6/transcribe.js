@@ -63,7 +63,8 @@ export function setup() {
   const wantsAssisted = SELECTED.some((name) => SCENARIOS[name].decoding === 'assisted');
   let assisted = { supported: ASSISTED !== 'false', reason: ASSISTED === 'false' ? 'ASSISTED=false' : null };
   if (wantsAssisted && ASSISTED === 'auto') {
-    assisted = probeAssisted(requestBody(AUDIO.short, SCENARIOS.short_assisted.parameters));
+    const probe = probeAssisted(requestBody(AUDIO.short, SCENARIOS.short_assisted.parameters));
+    assisted = { supported: probe.supported, reason: `the server refused an assisted request: ${probe.reason}` };
   }
   post(requestBody(AUDIO.short, SCENARIOS.short_not_assisted.parameters), { name: 'warm_up' });
   const scenarios = {};
@@ -71,7 +72,7 @@ export function setup() {
     const runs = SCENARIOS[name].decoding !== 'assisted' || assisted.supported;
     scenarios[name] = {
       status: runs ? 'ran' : 'skipped',
-      reason: runs ? null : `the server takes no assisted requests (${assisted.reason})`,
+      reason: runs ? null : assisted.reason,
       clip: SCENARIOS[name].clip,
       parameters: SCENARIOS[name].parameters,
     };
