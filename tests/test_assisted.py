@@ -1,5 +1,6 @@
 """Speculative decoding: lossless (same tokens as greedy decoding without an assistant) for both
-kinds of assistant, with timestamps, short and long audio; and the routing rules."""
+kinds of assistant, with timestamps, short and long audio; the same transcript as the batched
+path; and the routing rules."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from whosaid.asr import ASSISTED, BATCHED
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError, ModelLoadError
+from tests.support.fallback import always_fall_back, never_fall_back
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_assisted_tokens_equal_greedy_tokens(make_engine, models, clips, assista
     engine = make_engine(models["main"], models[assistant])
     recognizer = engine.recognizer
     for audio in clips:
-        features, _ = recognizer._features(audio.samples)
+        features = recognizer._features([audio.samples])
         kwargs = {"language": "en", "task": "transcribe"}
         for timestamps in (True, False):
             with torch.inference_mode():
@@ -66,14 +68,31 @@ def test_assisted_tokens_equal_greedy_tokens(make_engine, models, clips, assista
 
 
 @pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
-def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips, assistant) -> None:
+def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips, assistant, monkeypatch) -> None:
+    never_fall_back(monkeypatch)
     engine = make_engine(models["main"], models[assistant])
     for audio in clips:
         assisted = engine.transcribe(audio, config(assisted=True, language="en"))
         greedy = engine.recognizer._transcribe_generate(audio, {"language": "en", "task": "transcribe"})
         assert assisted.decoding == ASSISTED
-        assert assisted.chunks == greedy and greedy
+        assert assisted.chunks == greedy
         assert assisted.text == "".join(chunk.text for chunk in greedy).strip()
+        # The VAD finds no speech in the noise clip: nothing to decode, an empty transcript.
+        assert bool(greedy) == (audio is not clips[-1])
+
+
+@pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
+@pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
+def test_assisted_and_batched_give_the_same_transcript(make_engine, models, sample_audio, assistant, fallback, monkeypatch) -> None:
+    """The assistant only changes the speed: greedy windows, and the windows that fall back to
+    beam search, come out the same on both paths."""
+    fallback(monkeypatch)
+    engine = make_engine(models["main"], models[assistant])
+    audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
+    assisted = engine.transcribe(audio, config(assisted=True, language="en"))
+    batched = engine.transcribe(audio, config(assisted=False, batch_size=4, language="en"))
+    assert (assisted.decoding, batched.decoding) == (ASSISTED, BATCHED)
+    assert assisted.chunks == batched.chunks and len(batched.chunks) >= 2
 
 
 def test_assisted_long_audio_equals_sequential_greedy(make_engine, models, sample_audio) -> None:

@@ -1,0 +1,262 @@
+"""The speed options keep the transcript: the lean greedy loop picks generate's tokens, batching
+does not change a window's tokens, the fallback gives generate's beam search, the VAD windows
+keep chunk times on the audio's time line, and silence or noise stay an empty transcript.
+No timings here: benchmarks/speed.py measures them."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from tests.support.fallback import always_fall_back, never_fall_back
+from whosaid.asr import BATCHED
+from whosaid.audio import Audio, audio_from_array
+from whosaid.config import InferenceConfig
+from whosaid.decoding import GreedyWhisperDecoder, compression_ratio, needs_fallback, split_segments
+from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
+
+RATE = 16_000
+
+
+def config(**parameters) -> InferenceConfig:
+    return InferenceConfig.from_parameters(parameters)[0]
+
+
+def cut(audio: Audio, start_s: float, end_s: float) -> Audio:
+    return audio_from_array(audio.samples[int(start_s * RATE) : int(end_s * RATE)], RATE)
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_whisper, make_engine):
+    return make_engine(tiny_whisper("speed-main", seed=5))
+
+
+@pytest.fixture(scope="module")
+def tiny_en_engine(converted_model, make_engine):
+    """Real weights (whisper-tiny.en, English-only): real sentences, end-of-text at different
+    steps, timestamps that mean something."""
+    return make_engine(converted_model("whisper-tiny.en"))
+
+
+def reference_tokens(recognizer, features, **kwargs) -> list[list[int]]:
+    """transformers' own Whisper generate, one call per window, prompt and end-of-text cut off."""
+    import torch
+
+    language = {"language": "en", "task": "transcribe"} if recognizer.is_multilingual else {}
+    with torch.inference_mode():
+        output = recognizer.model.generate(
+            features,
+            return_timestamps=True,
+            return_dict_in_generate=True,
+            force_unique_generate_call=True,
+            **language,
+            **kwargs,
+        )
+    prompt_length = len(recognizer.decoder.prompt("en" if recognizer.is_multilingual else None, "transcribe"))
+    eos = recognizer.decoder.eos_token_id
+    tokens = []
+    for sequence in output.sequences.tolist():
+        generated = sequence[prompt_length:]
+        tokens.append(generated[: generated.index(eos)] if eos in generated else generated)
+    return tokens
+
+
+def greedy(recognizer, windows: list[np.ndarray]):
+    import torch
+
+    features = recognizer._features(windows)
+    language = "en" if recognizer.is_multilingual else None
+    with torch.inference_mode():
+        states = recognizer.model.get_encoder()(features).last_hidden_state
+        return features, states, recognizer.decoder.decode(states, recognizer.decoder.prompt(language, "transcribe"))
+
+
+# ------------------------------------------------------------------------- the greedy loop
+
+
+def test_greedy_loop_picks_generates_tokens_random_model(tiny_engine, sample_audio) -> None:
+    recognizer = tiny_engine.recognizer
+    rng = np.random.default_rng(1)
+    for window in (sample_audio.samples[7 * RATE : 15 * RATE], rng.normal(0, 0.1, 3 * RATE).astype(np.float32)):
+        features, _, (result,) = greedy(recognizer, [window])
+        assert list(result.tokens) == reference_tokens(recognizer, features)[0]
+
+
+@pytest.mark.slow
+def test_greedy_loop_picks_generates_tokens_real_model(tiny_en_engine, sample_audio) -> None:
+    recognizer = tiny_en_engine.recognizer
+    for start_s, end_s in ((6.5, 30.0), (6.5, 9.0), (14.0, 22.0)):
+        features, _, (result,) = greedy(recognizer, [sample_audio.samples[int(start_s * RATE) : int(end_s * RATE)]])
+        expected = reference_tokens(recognizer, features)[0]
+        assert list(result.tokens) == expected
+        assert sum(token >= recognizer.decoder.timestamp_begin for token in expected) >= 2
+
+
+@pytest.mark.slow
+def test_rows_leaving_the_batch_keep_their_tokens(tiny_en_engine, sample_audio) -> None:
+    """Windows of different lengths end at different steps; the finished rows leave the batch.
+    Every row still gets the tokens it gets alone."""
+    recognizer = tiny_en_engine.recognizer
+    spans = ((6.5, 9.0), (6.5, 30.0), (14.0, 22.0), (21.7, 24.0))
+    windows = [sample_audio.samples[int(start * RATE) : int(end * RATE)] for start, end in spans]
+    _, _, batched = greedy(recognizer, windows)
+    lengths = {len(result.tokens) for result in batched}
+    assert len(lengths) == len(spans), "the rows must end at different steps"
+    for window, result in zip(windows, batched):
+        _, _, (alone,) = greedy(recognizer, [window])
+        assert result.tokens == alone.tokens
+        assert result.avg_logprob == pytest.approx(alone.avg_logprob, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_scoring_tokens_decoded_elsewhere_gives_the_loops_measures(tiny_en_engine, sample_audio) -> None:
+    """Speculative decoding's tokens are measured by one teacher-forced pass (`score`): the same
+    log-probability and no-speech probability the loop reports."""
+    recognizer = tiny_en_engine.recognizer
+    _, states, (result,) = greedy(recognizer, [sample_audio.samples[int(6.5 * RATE) : 22 * RATE]])
+    import torch
+
+    with torch.inference_mode():
+        scored = recognizer.decoder.score(states, recognizer.decoder.prompt(None, "transcribe"), result.tokens)
+    assert scored.tokens == result.tokens
+    assert scored.avg_logprob == pytest.approx(result.avg_logprob, abs=1e-4)
+    assert scored.no_speech_prob == pytest.approx(result.no_speech_prob, abs=1e-5)
+    assert -1.0 < result.avg_logprob < 0 and result.no_speech_prob < 0.1
+
+
+def test_a_repeating_row_stops_early_and_falls_back(tiny_engine, sample_audio) -> None:
+    import torch
+
+    from whosaid.decoding import REPETITION_CHECK_FROM
+
+    recognizer = tiny_engine.recognizer
+    decoder = GreedyWhisperDecoder(recognizer.model)
+    # the tiny model's own cap (24 tokens) would end it first
+    decoder.generation_config = copy.deepcopy(decoder.generation_config)
+    decoder.generation_config.max_length = 200
+    features = recognizer._features([sample_audio.samples[7 * RATE : 15 * RATE]])
+    with torch.inference_mode():
+        states = recognizer.model.get_encoder()(features).last_hidden_state
+        (result,) = decoder.decode(states, decoder.prompt("en", "transcribe"), is_repeating=lambda tokens: True)
+    if result.gave_up:
+        assert len(result.tokens) == REPETITION_CHECK_FROM
+        assert needs_fallback(result, "any text")
+    else:  # the random model said end-of-text first
+        assert len(result.tokens) < REPETITION_CHECK_FROM
+
+
+def test_compression_ratio_flags_repetition() -> None:
+    assert compression_ratio("") == 0.0
+    assert compression_ratio(" I don't know what you mean." * 20) > 2.4
+    assert compression_ratio(" Hello, this is Diane in New Jersey, and I'm Sheila in Texas.") < 2.4
+
+
+def test_segments_are_cut_at_timestamps() -> None:
+    begin = 100
+    tokens = [begin, 1, 2, begin + 50, begin + 50, 3, begin + 120, begin + 130, 4, 5]
+    assert split_segments(tokens, begin) == [
+        (0.0, 1.0, [1, 2]),
+        (1.0, 2.4, [3]),
+        (2.6, None, [4, 5]),  # no closing timestamp: the window's end
+    ]
+    assert split_segments([7, 8], begin) == [(None, None, [7, 8])]
+    assert split_segments([begin, begin + 10], begin) == []
+
+
+# ------------------------------------------------------------------------------ fallback
+
+
+def test_fallback_gives_generates_beam_search(tiny_engine, sample_audio, monkeypatch) -> None:
+    always_fall_back(monkeypatch)
+    recognizer = tiny_engine.recognizer
+    audio = cut(sample_audio, 0, 22)
+    transcript = tiny_engine.transcribe(audio, config(batch_size=4, language="en"))
+    (window,) = recognizer.vad.windows(audio.samples, 30.0)
+    features = recognizer._features([window.samples(audio.samples)])
+    (beam,) = reference_tokens(recognizer, features, num_beams=5)
+    assert transcript.chunks == tuple(
+        chunk for chunk in _clean(recognizer, window, beam, audio.duration_s)
+    )
+
+
+def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sample_audio, monkeypatch) -> None:
+    never_fall_back(monkeypatch)
+    audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * RATE]]), RATE)
+    transcript = tiny_engine.transcribe(audio, config(batch_size=8, language="en"))
+    reference = tiny_engine.recognizer._transcribe_generate(audio, {"language": "en", "task": "transcribe"})
+    assert transcript.decoding == BATCHED
+    assert transcript.chunks == reference and len(reference) >= 2
+
+
+def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
+    from whosaid.asr import clean_chunks
+
+    return clean_chunks(recognizer._spans(window, tokens), duration_s)
+
+
+# ------------------------------------------------------------------------- VAD windows
+
+
+def test_windows_pack_regions_and_cut_in_pauses() -> None:
+    regions = [(1.0, 5.0), (6.0, 20.0), (21.0, 29.0), (31.0, 40.0), (45.0, 46.0)]
+    assert plan_windows(regions, 30.0) == [
+        SpeechWindow(1.0, 29.0),
+        SpeechWindow(31.0, 46.0),
+    ]
+    assert plan_windows(regions, 10.0) == [
+        SpeechWindow(1.0, 5.0),
+        SpeechWindow(6.0, 20.0 - 7.0),  # 14 s without a pause: two equal pieces
+        SpeechWindow(13.0, 20.0),
+        SpeechWindow(21.0, 29.0),
+        SpeechWindow(31.0, 40.0),
+        SpeechWindow(45.0, 46.0),
+    ]
+    assert plan_windows([], 30.0) == []
+
+
+def test_vad_skips_the_leading_silence_and_keeps_windows_inside_the_audio(sample_audio) -> None:
+    vad = VoiceActivityDetector.load()
+    long_audio = np.tile(sample_audio.samples, 4)
+    for samples, max_window_s in ((sample_audio.samples, 30.0), (long_audio, 30.0), (long_audio, 10.0)):
+        windows = vad.windows(samples, max_window_s)
+        duration_s = len(samples) / RATE
+        assert windows and windows[0].start_s > 6.0, "pyannote's sample starts with 6.7 s of silence"
+        for window, following in zip(windows, windows[1:] + [None]):
+            assert 0 <= window.start_s < window.end_s <= duration_s
+            assert window.duration_s <= max_window_s + 1e-6
+            if following is not None:
+                assert window.end_s <= following.start_s
+    assert len(vad.windows(long_audio, 30.0)) == 4
+
+
+def test_vad_loading_keeps_torchs_thread_count() -> None:
+    import torch
+
+    from whosaid.vad import _load_silero_sequence_model
+
+    before = torch.get_num_threads()
+    _load_silero_sequence_model.cache_clear()
+    VoiceActivityDetector.load()
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("amplitude", [0.0, 1e-3, 0.1])
+def test_silence_and_noise_give_an_empty_transcript(tiny_engine, amplitude) -> None:
+    noise = np.random.default_rng(2).normal(0, amplitude, 4 * RATE).astype(np.float32)
+    transcript = tiny_engine.transcribe(Audio(noise), config(language="en"))
+    assert transcript.text == "" and transcript.chunks == ()
+
+
+def test_chunk_times_stay_in_their_windows(tiny_engine, sample_audio, monkeypatch) -> None:
+    never_fall_back(monkeypatch)  # greedy is enough here, and quicker
+    audio = sample_audio
+    windows = tiny_engine.recognizer.vad.windows(audio.samples, 12.0)
+    transcript = tiny_engine.transcribe(audio, config(language="en", chunk_length_s=12, batch_size=3))
+    assert transcript.chunks
+    previous_end = 0.0
+    for chunk in transcript.chunks:
+        assert any(w.start_s <= chunk.start_s <= chunk.end_s <= w.end_s for w in windows), chunk
+        assert chunk.start_s >= previous_end - 1e-9
+        previous_end = chunk.end_s

@@ -1,0 +1,260 @@
+"""Batched greedy decoding of Whisper windows, with timestamps, and the measures of Whisper's
+temperature fallback.
+
+`WhisperForConditionalGeneration.generate` spends a good part of each step outside the model
+(generation bookkeeping, stopping criteria, output assembly) and keeps stepping every row of a
+batch until the longest one ends. This loop runs the same decoder and the same Whisper logits
+processors (transformers' own classes, in generate's order), so it picks the same tokens as
+greedy `generate` (tests/test_speed.py checks it token for token); rows that reach end-of-text
+leave the batch, so the remaining steps get cheaper.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
+
+# openai/whisper's fallback thresholds (transcribe.py): text that compresses better than 2.4:1 is
+# repeating itself; a mean log-probability under -1 is a guess; a window whose "no speech"
+# probability is above 0.6 and whose text is a guess is silence, not speech.
+COMPRESSION_RATIO_THRESHOLD = 2.4
+LOGPROB_THRESHOLD = -1.0
+NO_SPEECH_THRESHOLD = 0.6
+# A row is checked for repetition every this many tokens once it has this many, so that a
+# looping window stops early instead of running to the 448-token limit: its text would fail
+# the compression check at the end anyway and be decoded again.
+REPETITION_CHECK_EVERY = 32
+REPETITION_CHECK_FROM = 64
+
+
+@dataclass(frozen=True)
+class WindowTokens:
+    """What greedy decoding produced for one window."""
+
+    tokens: tuple[int, ...]  # text and timestamp tokens; no prompt, no end-of-text
+    avg_logprob: float  # per token, end-of-text included, as openai/whisper counts it
+    no_speech_prob: float  # probability of <|nospeech|> at the start-of-transcript position
+    gave_up: bool = False  # stopped early because it was repeating itself
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def is_repetitive(text: str) -> bool:
+    return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
+
+
+def needs_fallback(result: WindowTokens, text: str) -> bool:
+    """openai/whisper's test for decoding again with a stronger search."""
+    return result.gave_up or is_repetitive(text) or result.avg_logprob < LOGPROB_THRESHOLD
+
+
+def is_silence(result: WindowTokens) -> bool:
+    """openai/whisper's no-speech test: the model expects no speech and its text is a guess."""
+    return result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD
+
+
+def split_segments(
+    tokens: Sequence[int], timestamp_begin: int
+) -> list[tuple[Optional[float], Optional[float], list[int]]]:
+    """Cut a window's tokens at its timestamp tokens: (start_s, end_s, text tokens) relative to
+    the window. A segment whose opening or closing timestamp is missing gets None there."""
+    segments: list[tuple[Optional[float], Optional[float], list[int]]] = []
+    start_s: Optional[float] = None
+    text: list[int] = []
+    for token in tokens:
+        if token < timestamp_begin:
+            text.append(token)
+            continue
+        time_s = (token - timestamp_begin) * WHISPER_TIME_PRECISION_S
+        if text:
+            segments.append((start_s, time_s, text))
+            text = []
+        # A closing timestamp opens the next segment too when Whisper does not repeat it.
+        start_s = time_s
+    if text:
+        segments.append((start_s, None, text))
+    return segments
+
+
+class GreedyWhisperDecoder:
+    """Greedy decoding with timestamps for a batch of Whisper windows that share one prompt."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        generation_config = model.generation_config
+        self.generation_config = generation_config
+        self.eos_token_id = int(generation_config.eos_token_id)
+        self.timestamp_begin = int(generation_config.no_timestamps_token_id) + 1
+        # <|nospeech|> sits just before <|notimestamps|> in every Whisper vocabulary.
+        self.no_speech_token_id = int(generation_config.no_timestamps_token_id) - 1
+        self.max_target_positions = int(model.config.max_target_positions)
+
+    def max_length(self, prompt_length: int) -> int:
+        """Where generate stops a window, prompt included. transformers 5 adds the prompt to
+        generation_config.max_length, 4.57 counts the prompt in it; both stop at the model's
+        448 positions, so real checkpoints (max_length 448) stop at 448 either way."""
+        import transformers
+
+        max_length = int(self.generation_config.max_length)
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            max_length += prompt_length
+        return min(max_length, self.max_target_positions)
+
+    def prompt(self, language: Optional[str], task: str) -> list[int]:
+        """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
+        tokens `generate` starts from when timestamps are on."""
+        config = self.generation_config
+        prompt = [int(config.decoder_start_token_id)]
+        if getattr(config, "is_multilingual", False) and getattr(config, "lang_to_id", None):
+            if language is not None:
+                prompt.append(int(config.lang_to_id[f"<|{language}|>"]))
+            prompt.append(int(config.task_to_id[task]))
+        return prompt
+
+    def _logits_processors(self, begin_index: int, device: Any) -> Any:
+        from transformers import LogitsProcessorList
+        from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
+
+        config = self.generation_config
+        processors = LogitsProcessorList()
+        # generate's order (WhisperGenerationMixin._retrieve_logit_processors).
+        if config.begin_suppress_tokens is not None:
+            processors.append(_SuppressTokens(config.begin_suppress_tokens, device, only_at=begin_index))
+        if config.suppress_tokens is not None:
+            processors.append(_SuppressTokens(config.suppress_tokens, device))
+        processors.append(WhisperTimeStampLogitsProcessor(config, begin_index=begin_index))
+        return processors
+
+    def decode(
+        self,
+        encoder_states: Any,
+        prompt: Sequence[int],
+        *,
+        is_repeating: Optional[Callable[[list[int]], bool]] = None,
+    ) -> list[WindowTokens]:
+        """Decode every window of `encoder_states` (batch, frames, width) from `prompt`.
+        `is_repeating(tokens)`, when given, is asked every REPETITION_CHECK_EVERY tokens and
+        stops a row that it says loops (that row's result has gave_up=True)."""
+        import torch
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        device = encoder_states.device
+        batch = encoder_states.shape[0]
+        begin_index = len(prompt)
+        max_length = self.max_length(begin_index)
+        processors = self._logits_processors(begin_index, device)
+        sequences = torch.tensor([list(prompt)] * batch, dtype=torch.long, device=device)
+        rows = list(range(batch))  # original row of each row still decoding
+        sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
+        no_speech: Optional[Any] = None  # (batch,) once the prompt has been read
+        results: list[Optional[WindowTokens]] = [None] * batch
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        step_input = sequences
+        decoder = self.model.get_decoder()
+        while True:
+            hidden = decoder(
+                input_ids=step_input, encoder_hidden_states=encoder_states, past_key_values=cache, use_cache=True
+            ).last_hidden_state
+            logits = self.model.proj_out(hidden)  # (rows, positions, vocabulary)
+            if no_speech is None:  # the first step, which reads the whole prompt
+                no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id]
+            scores = _processed_scores(processors, sequences, logits[:, -1, :])
+            next_tokens = scores.argmax(-1)
+            logprobs = scores.log_softmax(-1).gather(1, next_tokens[:, None]).squeeze(1)
+            sum_logprobs[rows] += logprobs
+            sequences = torch.cat([sequences, next_tokens[:, None]], dim=1)
+
+            ended = (next_tokens == self.eos_token_id).tolist()
+            generated = sequences.shape[1] - begin_index
+            full = sequences.shape[1] >= max_length
+            check = (
+                is_repeating is not None
+                and generated >= REPETITION_CHECK_FROM
+                and generated % REPETITION_CHECK_EVERY == 0
+            )
+            keep: list[int] = []
+            for index, row in enumerate(rows):
+                gave_up = False
+                if not (ended[index] or full):
+                    gave_up = check and is_repeating(sequences[index, begin_index:].tolist())  # type: ignore[misc]
+                    if not gave_up:
+                        keep.append(index)
+                        continue
+                tokens = sequences[index, begin_index:].tolist()
+                if ended[index]:
+                    tokens = tokens[:-1]
+                results[row] = WindowTokens(
+                    tokens=tuple(tokens),
+                    # openai/whisper divides by the text length plus one (the end-of-text).
+                    avg_logprob=float(sum_logprobs[row]) / (len(tokens) + 1),
+                    no_speech_prob=float(no_speech[row]),  # type: ignore[index]
+                    gave_up=gave_up,
+                )
+            if not keep:
+                break
+            if len(keep) < len(rows):
+                kept = torch.tensor(keep, device=device)
+                cache.batch_select_indices(kept)
+                encoder_states = encoder_states[kept]
+                sequences = sequences[kept]
+                next_tokens = next_tokens[kept]
+                rows = [rows[index] for index in keep]
+            step_input = next_tokens[:, None]
+        return [result for result in results if result is not None]
+
+    def score(self, encoder_states: Any, prompt: Sequence[int], tokens: Sequence[int]) -> WindowTokens:
+        """The measures `decode` reports, for tokens decoded elsewhere (speculative decoding):
+        one teacher-forced pass over one window (`encoder_states` of batch 1), the same
+        processors at every position."""
+        import torch
+
+        device = encoder_states.device
+        ended = len(prompt) + len(tokens) < self.max_length(len(prompt))  # else it hit the limit
+        ids = list(prompt) + list(tokens) + ([self.eos_token_id] if ended else [])
+        sequence = torch.tensor([ids], dtype=torch.long, device=device)
+        hidden = self.model.get_decoder()(
+            input_ids=sequence, encoder_hidden_states=encoder_states, use_cache=False
+        ).last_hidden_state
+        logits = self.model.proj_out(hidden)[0]  # (positions, vocabulary)
+        processors = self._logits_processors(len(prompt), device)
+        sum_logprobs = 0.0
+        for position in range(len(prompt), len(ids)):
+            scores = _processed_scores(processors, sequence[:, :position], logits[position - 1 : position])
+            sum_logprobs += float(scores.log_softmax(-1)[0, ids[position]])
+        return WindowTokens(
+            tokens=tuple(tokens),
+            avg_logprob=sum_logprobs / (len(tokens) + 1),
+            no_speech_prob=float(logits[0].float().softmax(-1)[self.no_speech_token_id]),
+        )
+
+
+def _processed_scores(processors: Any, sequences: Any, logits: Any) -> Any:
+    """As generate: float32 scores of the next token, through Whisper's logits processors."""
+    import torch
+
+    return processors(sequences, logits.to(copy=True, dtype=torch.float32))
+
+
+class _SuppressTokens:
+    """transformers' SuppressTokensLogitsProcessor (and, with `only_at`, its AtBegin variant):
+    the same -inf on the same tokens, without rebuilding the vocabulary mask with torch.isin at
+    every step (~3 ms of a ~20 ms step for whisper-base on 2 CPU cores)."""
+
+    def __init__(self, token_ids: Sequence[int], device: Any, *, only_at: Optional[int] = None) -> None:
+        import torch
+
+        self.token_ids = torch.tensor(sorted({int(token) for token in token_ids}), dtype=torch.long, device=device)
+        self.only_at = only_at
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.only_at is not None and input_ids.shape[-1] != self.only_at:
+            return scores
+        # Ids outside the vocabulary never win; transformers' mask ignores them too.
+        scores[:, self.token_ids[self.token_ids < scores.shape[-1]]] = -float("inf")
+        return scores
