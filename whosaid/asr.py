@@ -47,6 +47,35 @@ def _load_kwargs(settings: ModelSettings) -> dict[str, Any]:
     }
 
 
+def _check_quantization(settings: ModelSettings) -> None:
+    if settings.quantization != "int8":
+        return
+    import torch
+
+    if not settings.resolved_device().startswith("cpu") or settings.resolved_dtype() != torch.float32:
+        raise ModelLoadError(
+            f"QUANTIZATION=int8 is for CPU float32 models; this one runs on "
+            f"{settings.resolved_device()} in {settings.resolved_dtype()}: on CUDA keep float16 "
+            "(QUANTIZATION=none), on CPU leave DTYPE at auto"
+        )
+
+
+def quantize_int8(model: Any) -> None:
+    """Dynamic int8 quantization of every linear layer, in place: int8 weights (a quarter of
+    the memory traffic, which bounds each decoding step on CPU) and activations quantized on
+    the fly; attention, convolutions and layer norms stay float32."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        # torch.ao.quantization announces its move to torchao; torch is pinned (2.11), where it
+        # still works, and torchao's int8 path would be one more dependency.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
 def _candidate_whisper_class() -> type:
     """A full Whisper model used as an assistant must draft candidates with plain greedy
     `GenerationMixin.generate`. Whisper's own `generate` re-runs its timestamp and prompt
@@ -128,6 +157,7 @@ class SpeechRecognizer:
         from transformers import AutoProcessor, WhisperForConditionalGeneration
 
         name = settings.asr_model
+        _check_quantization(settings)
         try:
             processor = AutoProcessor.from_pretrained(name, token=settings.token())
             model = WhisperForConditionalGeneration.from_pretrained(name, **_load_kwargs(settings))
@@ -137,6 +167,8 @@ class SpeechRecognizer:
                 "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
             ) from error
         model = model.to(settings.resolved_device()).eval()
+        if settings.quantization == "int8":
+            quantize_int8(model)
         assistant = None
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)
