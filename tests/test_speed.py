@@ -262,6 +262,27 @@ def test_chunk_times_stay_in_their_windows(tiny_engine, sample_audio, monkeypatc
         previous_end = chunk.end_s
 
 
+# ------------------------------------------------------------------- packed encoder (CPU)
+
+
+def test_cpu_encoder_runs_on_packed_weights_with_the_same_output(tiny_engine, sample_audio) -> None:
+    """Loaded on CPU in float32, the encoder's linear layers hold oneDNN-packed weights; its
+    output matches the plain layers' up to float rounding (the greedy tests above run on it)."""
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    model = tiny_engine.recognizer.model
+    encoder_modules = [type(module).__name__ for module in model.get_encoder().modules()]
+    assert "PackedLinear" in encoder_modules and "Linear" not in encoder_modules
+    assert type(model.proj_out) is torch.nn.Linear  # the decoder keeps the default path
+    plain = WhisperForConditionalGeneration.from_pretrained(tiny_engine.recognizer.model.name_or_path).eval()
+    features = tiny_engine.recognizer._features([sample_audio.samples[7 * RATE : 15 * RATE]])
+    with torch.inference_mode():
+        packed_states = model.get_encoder()(features).last_hidden_state
+        plain_states = plain.get_encoder()(features).last_hidden_state
+    torch.testing.assert_close(packed_states, plain_states, rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------------ int8 (opt-in)
 
 

@@ -5,6 +5,7 @@ checks fail, so they give the same transcript; the assistant only changes how fa
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -74,6 +75,53 @@ def quantize_int8(model: Any) -> None:
         # still works, and torchao's int8 path would be one more dependency.
         warnings.simplefilter("ignore", DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def prepack_encoder_linears(model: Any) -> None:
+    """On CPU (float32), give the encoder's linear layers oneDNN weights packed once, in place.
+    The encoder multiplies 1500 frames by every weight, where oneDNN's packed GEMM beats the
+    default path (whisper-base, 2 cores: 4 windows 3.9 s -> 3.1 s; outputs differ by float
+    rounding, ~2e-4). Not the decoder: at 1-8 rows a step the layout conversions cost more than
+    they save (17 -> 35 ms a step)."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return
+    try:
+        packed_linear = _packed_linear_class()
+    except (ImportError, AttributeError):  # a torch without torch.utils.mkldnn: the default path
+        logger.info("oneDNN packed linear layers are unavailable; the encoder runs unpacked")
+        return
+    for parent in list(model.get_encoder().modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, packed_linear(child))
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_linear_class() -> type:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
+        # torch.compile; torch is pinned (2.11), and compiling costs ~30 s for no gain here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.utils.mkldnn import MkldnnLinear
+
+    class PackedLinear(torch.nn.Module):
+        """torch's MkldnnLinear takes (rows, features); the encoder passes (batch, frames, features)."""
+
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            self.packed = MkldnnLinear(linear, torch.float32)
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            output = self.packed(hidden.reshape(-1, hidden.shape[-1]))
+            return output.reshape(*hidden.shape[:-1], output.shape[-1])
+
+    return PackedLinear
 
 
 def _candidate_whisper_class() -> type:
@@ -154,6 +202,7 @@ class SpeechRecognizer:
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "SpeechRecognizer":
+        import torch
         from transformers import AutoProcessor, WhisperForConditionalGeneration
 
         name = settings.asr_model
@@ -169,6 +218,8 @@ class SpeechRecognizer:
         model = model.to(settings.resolved_device()).eval()
         if settings.quantization == "int8":
             quantize_int8(model)
+        elif model.device.type == "cpu" and model.dtype == torch.float32:
+            prepack_encoder_linears(model)
         assistant = None
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)

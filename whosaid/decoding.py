@@ -1,12 +1,16 @@
 """Batched greedy decoding of Whisper windows, with timestamps, and the measures of Whisper's
 temperature fallback.
 
-`WhisperForConditionalGeneration.generate` spends a good part of each step outside the model
-(generation bookkeeping, stopping criteria, output assembly) and keeps stepping every row of a
-batch until the longest one ends. This loop runs the same decoder and the same Whisper logits
-processors (transformers' own classes, in generate's order), so it picks the same tokens as
-greedy `generate` (tests/test_speed.py checks it token for token); rows that reach end-of-text
-leave the batch, so the remaining steps get cheaper.
+`WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
+bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
+step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
+same decoder under the same Whisper logits rules, in generate's order (transformers' timestamp
+processor; the suppress-token processors with their mask built once), so it picks the same
+tokens as greedy `generate` (tests/test_speed.py checks it token for token on transformers 4.57
+and 5); rows that reach end-of-text leave the batch, so the remaining steps get cheaper. It also
+measures what the fallback needs (mean log-probability, no-speech probability) on the way, and
+stops a row that loops. Measured on whisper-base, 2 quiet CPU cores: ~10% less decoding time
+than greedy generate (one window 2.0 vs 2.2 s, four windows 3.3 vs 3.6 s).
 """
 
 from __future__ import annotations
