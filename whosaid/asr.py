@@ -206,6 +206,9 @@ class SpeechRecognizer:
         from transformers import AutoProcessor, WhisperForConditionalGeneration
 
         name = settings.asr_model
+        # First, outside the loading try below: DEVICE=cuda on a machine where torch cannot use
+        # the GPU refuses to start with the versions and the fix, not as "cannot load the model".
+        device = settings.resolved_device()
         _check_quantization(settings)
         try:
             processor = AutoProcessor.from_pretrained(name, token=settings.token())
@@ -215,7 +218,7 @@ class SpeechRecognizer:
                 f"cannot load the ASR model {name!r}: {error}. ASR_MODEL must name a Whisper "
                 "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
             ) from error
-        model = model.to(settings.resolved_device()).eval()
+        model = model.to(device).eval()
         if settings.quantization == "int8":
             quantize_int8(model)
         elif model.device.type == "cpu" and model.dtype == torch.float32:
