@@ -168,7 +168,6 @@ def test_ready_and_metrics_report_device_dtype_and_attention(tiny: Path) -> None
             "device": "cpu",
             "dtype": "float32",
             "attn_implementation": "sdpa",
-            "asr_model": str(tiny),
         }
         assert model_info_lines(url) == [
             f'whosaid_model_info{{asr_model="{tiny}",attn_implementation="sdpa",device="cpu",dtype="float32"}} 1.0'

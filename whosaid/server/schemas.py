@@ -81,7 +81,6 @@ class ReadyResponse(BaseModel):
     attn_implementation: Optional[str] = Field(
         default=None, exclude_if=_is_none, description="sdpa, eager or flash_attention_2"
     )
-    asr_model: Optional[str] = Field(default=None, exclude_if=_is_none)
     warnings: Optional[list[str]] = Field(
         default=None,
         exclude_if=_is_none,

@@ -36,7 +36,6 @@ async def ready(request: Request) -> ReadyResponse:
         device=runtime.device,
         dtype=runtime.dtype,
         attn_implementation=runtime.attn_implementation,
-        asr_model=runtime.asr_model,
         warnings=[runtime.gpu_unusable] if runtime.gpu_unusable else None,
     )
 
