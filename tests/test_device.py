@@ -11,40 +11,24 @@ import logging
 from pathlib import Path
 
 import pytest
-import requests
-import torch
 
-from tests.support.server import threaded_server, wait_until
+from tests.support.devices import declare_no_gpu, expected_reason
 from whosaid.config import ModelSettings, get_model_settings
-from whosaid.device import declared_gpu, nvidia_driver_version, resolve_device
+from whosaid.device import nvidia_driver_version, resolve_device
 from whosaid.engine import Engine
 from whosaid.errors import ModelLoadError
-from whosaid.server import ServerSettings, create_app
 
 DEVICE_LOGGER = "whosaid.device"
 
 
 @pytest.fixture(autouse=True)
 def no_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test declares its GPU itself; the machine it runs on has neither a GPU nor torch CUDA."""
-    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
-    assert not torch.cuda.is_available(), "these tests need a machine where torch cannot use CUDA"
-    assert declared_gpu() is None, "these tests need a machine without NVIDIA device files"
+    declare_no_gpu(monkeypatch)
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_whisper) -> Path:
     return tiny_whisper("device-main", seed=5)
-
-
-def expected_reason(declared: str) -> str:
-    """The message's core, built from the real torch and driver of this machine."""
-    return (
-        f"torch cannot use the GPU ({declared}; torch.cuda.is_available() is False): torch "
-        f"{torch.__version__} is built for CUDA {torch.version.cuda}, the NVIDIA driver is "
-        f"{nvidia_driver_version()}. Fix: install a torch built for the driver's CUDA version, "
-        "e.g. torch==2.10.0 and torchaudio==2.10.0 (CUDA 12.8"
-    )
 
 
 def device_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -139,63 +123,3 @@ def test_the_handler_logs_device_dtype_and_attention_at_start_up(
     assert messages == [
         f"whosaid handler ready: device=cpu dtype=float32 attn_implementation=sdpa asr_model={tiny}"
     ]
-
-
-# --- the server: /ready and /metrics ---------------------------------------------------------
-
-
-def server_settings() -> ServerSettings:
-    return ServerSettings(api_key="device-test-key", max_concurrent_jobs=1, max_queue=1)
-
-
-AUTH = {"Authorization": "Bearer device-test-key"}
-
-
-def model_info_lines(url: str) -> list[str]:
-    text = requests.get(f"{url}/metrics", headers=AUTH, timeout=5).text
-    return [line for line in text.splitlines() if line.startswith("whosaid_model_info")]
-
-
-def test_ready_and_metrics_report_device_dtype_and_attention(tiny: Path) -> None:
-    app = create_app(ModelSettings(asr_model=str(tiny), device="cpu"), server_settings())
-    with threaded_server(app) as url:
-        ready = requests.get(f"{url}/ready", timeout=5)
-        assert ready.status_code == 200
-        body = ready.json()
-        assert body.pop("load_duration_s") > 0
-        assert body == {
-            "status": "ready",
-            "device": "cpu",
-            "dtype": "float32",
-            "attn_implementation": "sdpa",
-        }
-        assert model_info_lines(url) == [
-            f'whosaid_model_info{{asr_model="{tiny}",attn_implementation="sdpa",device="cpu",dtype="float32"}} 1.0'
-        ]
-
-
-def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
-    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
-    app = create_app(ModelSettings(asr_model=str(tiny), device="auto"), server_settings())
-    with threaded_server(app) as url:
-        body = requests.get(f"{url}/ready", timeout=5).json()
-        assert body["device"] == "cpu"
-        assert len(body["warnings"]) == 1
-        assert body["warnings"][0].startswith(expected_reason("NVIDIA_VISIBLE_DEVICES=all"))
-        assert 'device="cpu"' in model_info_lines(url)[0]
-
-
-def test_ready_is_503_with_the_reason_when_cuda_cannot_be_used(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
-    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0")
-    app = create_app(ModelSettings(asr_model=str(tiny), device="cuda"), server_settings())
-    with threaded_server(app, wait_ready=False) as url:
-
-        def failed() -> bool:
-            response = requests.get(f"{url}/ready", timeout=5)
-            return response.status_code == 503 and response.json()["error"]["code"] == "model_load_error"
-
-        wait_until(failed, 30, "the load to fail")
-        error = requests.get(f"{url}/ready", timeout=5).json()["error"]
-        assert error["message"].startswith(f"DEVICE=cuda cannot start: {expected_reason('NVIDIA_VISIBLE_DEVICES=0')}")
-        assert model_info_lines(url) == []  # nothing loaded, nothing to describe
-        assert requests.get(f"{url}/health", timeout=5).status_code == 200
