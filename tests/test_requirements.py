@@ -50,6 +50,11 @@ def test_endpoint_requirements_keep_the_toolkit_importable() -> None:
 TORCH_CUDA_BUILDS = {"2.8.0": "12.8", "2.9.1": "12.8", "2.10.0": "12.8", "2.11.0": "13.0"}
 
 
+# torch version -> its torchvision (Requires-Dist torch==...). The toolkit's image ships a
+# torchvision built for its own torch, which breaks transformers' imports once torch moves.
+TORCHVISION_FOR_TORCH = {"2.8.0": "0.23.0", "2.9.1": "0.24.1", "2.10.0": "0.25.0", "2.11.0": "0.26.0"}
+
+
 def pinned_version(requirements: dict[str, str], name: str) -> str:
     specifier = requirements[name]
     assert specifier.startswith("=="), f"{name} must be pinned exactly, not {specifier!r}"
@@ -69,6 +74,11 @@ def test_endpoint_pins_the_newest_torch_pair_built_for_cuda_12() -> None:
     cuda_12_versions = [version for version, cuda in TORCH_CUDA_BUILDS.items() if cuda.startswith("12.")]
     assert torch_version == max(cuda_12_versions, key=Version)
     assert pinned_version(requirements, "pyannote-audio").startswith("4.")
+
+
+def test_torchvision_is_pinned_to_the_torch_pin() -> None:
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    assert pinned_version(requirements, "torchvision") == TORCHVISION_FOR_TORCH[pinned_version(requirements, "torch")]
 
 
 def test_pyannote_accepts_the_pinned_torch_pair() -> None:

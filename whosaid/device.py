@@ -22,11 +22,10 @@ logger = logging.getLogger(__name__)
 
 #: NVIDIA_VISIBLE_DEVICES values that mean "no GPU for this container" (NVIDIA container toolkit).
 NO_GPU_VALUES = frozenset({"", "void", "none"})
-#: The fix, as the requirements pin it: the newest torch whose PyPI wheels target CUDA 12.x.
-TORCH_FIX = (
-    "install a torch built for the driver's CUDA version, e.g. torch==2.10.0 and "
-    "torchaudio==2.10.0 (CUDA 12.8, PyPI's default wheels), or upgrade the NVIDIA driver"
-)
+#: The newest torch/torchaudio whose PyPI wheels target CUDA 12 (what requirements.txt pins).
+CUDA_12_TORCH = "torch==2.10.0 and torchaudio==2.10.0 (CUDA 12.8, PyPI's default Linux wheels)"
+#: The oldest NVIDIA driver series that runs each CUDA major version.
+MINIMUM_DRIVER_SERIES = {11: "450", 12: "525", 13: "580"}
 NVIDIA_SMI_TIMEOUT_S = 10
 
 
@@ -75,6 +74,24 @@ def torch_cuda_build() -> str:
     return f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA (a CPU-only build)"
 
 
+def cuda_fix(torch_cuda: Optional[str]) -> str:
+    """What to do when a torch built for `torch_cuda` (torch.version.cuda) cannot use the GPU."""
+    if not torch_cuda:
+        return f"install a CUDA build of torch, e.g. {CUDA_12_TORCH}"
+    major = int(torch_cuda.split(".")[0])
+    if major > 12:
+        return (
+            f"install a torch built for the driver's CUDA version, e.g. {CUDA_12_TORCH}, or upgrade "
+            f"the NVIDIA driver to the {MINIMUM_DRIVER_SERIES.get(major, 'newest')} series or newer"
+        )
+    return (
+        f"this torch needs an NVIDIA driver that runs CUDA {major} (the "
+        f"{MINIMUM_DRIVER_SERIES.get(major, 'matching')} series or newer) and a container that is "
+        "given the GPU (nvidia-smi lists it there); with an older driver install a torch built for "
+        "the driver's CUDA version"
+    )
+
+
 def cuda_unusable_message(reason: str) -> str:
     """Says that torch cannot use the GPU, with the versions that explain why and the fix."""
     import torch
@@ -82,7 +99,8 @@ def cuda_unusable_message(reason: str) -> str:
     return (
         f"torch cannot use the GPU ({reason}; torch.cuda.is_available() is False): torch "
         f"{torch.__version__} is built for {torch_cuda_build()}, the NVIDIA driver is "
-        f"{nvidia_driver_version()}. Fix: {TORCH_FIX}. On a machine without a GPU set DEVICE=cpu."
+        f"{nvidia_driver_version()}. Fix: {cuda_fix(torch.version.cuda)}. On a machine without "
+        "a GPU set DEVICE=cpu."
     )
 
 

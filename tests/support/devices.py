@@ -17,10 +17,13 @@ def declare_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def expected_reason(declared: str) -> str:
-    """The core of the unusable-GPU message, built from the real torch and driver of this machine."""
+    """The unusable-GPU message for this machine's real torch (the CUDA 12.8 build the
+    requirements pin, see test_requirements.py) and driver."""
     return (
         f"torch cannot use the GPU ({declared}; torch.cuda.is_available() is False): torch "
         f"{torch.__version__} is built for CUDA {torch.version.cuda}, the NVIDIA driver is "
-        f"{nvidia_driver_version()}. Fix: install a torch built for the driver's CUDA version, "
-        "e.g. torch==2.10.0 and torchaudio==2.10.0 (CUDA 12.8"
+        f"{nvidia_driver_version()}. Fix: this torch needs an NVIDIA driver that runs CUDA 12 (the "
+        "525 series or newer) and a container that is given the GPU (nvidia-smi lists it there); "
+        "with an older driver install a torch built for the driver's CUDA version. On a machine "
+        "without a GPU set DEVICE=cpu."
     )
