@@ -71,7 +71,7 @@ def quantize_int8(model: Any) -> None:
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
-        # torch.ao.quantization announces its move to torchao; torch is pinned (2.11), where it
+        # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
         # still works, and torchao's int8 path would be one more dependency.
         warnings.simplefilter("ignore", DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -106,7 +106,7 @@ def _packed_linear_class() -> type:
 
     with warnings.catch_warnings():
         # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.11), and compiling costs ~30 s for no gain here.
+        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.utils.mkldnn import MkldnnLinear
 
