@@ -8,16 +8,31 @@ variables (ASR_MODEL, ASSISTANT_MODEL, DIARIZATION_MODEL, HF_TOKEN); see config.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
 
+logger = logging.getLogger(__name__)
+
 
 class EndpointHandler:
     def __init__(self, path: str = "") -> None:
         # `path` is the repository the toolkit mounted; the models are named by ModelSettings.
+        # A ModelLoadError (DEVICE=cuda where torch cannot use the GPU, a missing model) is
+        # raised as is: the endpoint fails to start with its message instead of serving wrong.
         self.engine = Engine.from_settings()
+        runtime = self.engine.runtime
+        if runtime is not None:
+            # The toolkit configures the root logger at INFO, so this reaches the endpoint's logs.
+            logger.info(
+                "whosaid handler ready: device=%s dtype=%s attn_implementation=%s asr_model=%s",
+                runtime.device,
+                runtime.dtype,
+                runtime.attn_implementation,
+                runtime.asr_model,
+            )
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit

@@ -71,7 +71,7 @@ def quantize_int8(model: Any) -> None:
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
-        # torch.ao.quantization announces its move to torchao; torch is pinned (2.11), where it
+        # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
         # still works, and torchao's int8 path would be one more dependency.
         warnings.simplefilter("ignore", DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -106,7 +106,7 @@ def _packed_linear_class() -> type:
 
     with warnings.catch_warnings():
         # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.11), and compiling costs ~30 s for no gain here.
+        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.utils.mkldnn import MkldnnLinear
 
@@ -206,6 +206,9 @@ class SpeechRecognizer:
         from transformers import AutoProcessor, WhisperForConditionalGeneration
 
         name = settings.asr_model
+        # First, outside the loading try below: DEVICE=cuda on a machine where torch cannot use
+        # the GPU refuses to start with the versions and the fix, not as "cannot load the model".
+        device = settings.resolved_device()
         _check_quantization(settings)
         try:
             processor = AutoProcessor.from_pretrained(name, token=settings.token())
@@ -215,7 +218,7 @@ class SpeechRecognizer:
                 f"cannot load the ASR model {name!r}: {error}. ASR_MODEL must name a Whisper "
                 "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
             ) from error
-        model = model.to(settings.resolved_device()).eval()
+        model = model.to(device).eval()
         if settings.quantization == "int8":
             quantize_int8(model)
         elif model.device.type == "cpu" and model.dtype == torch.float32:

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -84,12 +85,19 @@ class ModelSettings(BaseSettings):
             return value
         raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, not {value!r}")
 
-    def resolved_device(self) -> str:
-        import torch
+    # The device resolved once per settings object: 'auto' logs its error about an unusable GPU
+    # once, not at every call (the loaders ask for the device several times).
+    _resolved_device: Optional[str] = PrivateAttr(default=None)
 
-        if self.device != "auto":
-            return self.device
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    def resolved_device(self) -> str:
+        """The torch device to load on. Raises ModelLoadError when DEVICE=cuda[:N] cannot be
+        used (never falls back to the CPU); 'auto' logs an error when the machine declares a
+        GPU that torch cannot use, then runs on the CPU (whosaid.device.resolve_device)."""
+        if self._resolved_device is None:
+            from whosaid.device import resolve_device
+
+            self._resolved_device = resolve_device(self.device)
+        return self._resolved_device
 
     def resolved_dtype(self) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
         import torch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from whosaid.alignment import assign_speakers
 from whosaid.asr import SpeechRecognizer
 from whosaid.audio import Audio, AudioInput, load_audio
 from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
+from whosaid.device import ModelRuntime
 from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
 from whosaid.results import Transcript
@@ -54,16 +56,27 @@ class Engine:
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
         diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
+        engine = cls(recognizer, diarizer)
+        runtime = engine.runtime
         logger.info(
-            "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s",
+            "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "
+            "attn_implementation=%s",
             time.perf_counter() - started,
             settings.asr_model,
             settings.assistant_model,
             settings.diarization_model,
-            settings.resolved_device(),
-            settings.resolved_dtype(),
+            runtime.device if runtime else settings.resolved_device(),
+            runtime.dtype if runtime else settings.resolved_dtype(),
+            runtime.attn_implementation if runtime else settings.resolved_attn_implementation(),
         )
-        return cls(recognizer, diarizer)
+        return engine
+
+    @functools.cached_property
+    def runtime(self) -> Optional[ModelRuntime]:
+        """Device, dtype and attention of the loaded ASR model, read once; None for a recognizer
+        without a transformers model (test stand-ins)."""
+        model = getattr(self.recognizer, "model", None)
+        return ModelRuntime.of(model) if model is not None else None
 
     def parse_parameters(self, parameters: Optional[dict[str, Any]]) -> tuple[InferenceConfig, list[str]]:
         return InferenceConfig.from_parameters(

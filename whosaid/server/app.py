@@ -47,7 +47,10 @@ def create_app(
     limiter = JobLimiter(settings.max_concurrent_jobs, settings.max_queue)
     metrics = Metrics()
     metrics.track(
-        waiting=lambda: limiter.waiting, running=lambda: limiter.running, ready=lambda: float(state.ready)
+        waiting=lambda: limiter.waiting,
+        running=lambda: limiter.running,
+        ready=lambda: float(state.ready),
+        model_info=lambda: _runtime_labels(state),
     )
 
     @asynccontextmanager
@@ -75,6 +78,11 @@ def create_app(
     app.add_middleware(MetricsMiddleware, metrics=metrics, route_paths=route_paths)
     _document_models(app, InferenceRequest)
     return app
+
+
+def _runtime_labels(state: EngineState) -> Optional[dict[str, str]]:
+    runtime = state.engine.runtime if state.engine is not None else None
+    return runtime.as_labels() if runtime is not None else None
 
 
 def _engine_factory(engine: Union[EngineFactory, ModelSettings, None]) -> EngineFactory:
