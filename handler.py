@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
 
@@ -18,6 +19,8 @@ class EndpointHandler:
     def __init__(self, path: str = "") -> None:
         # `path` is the repository the toolkit mounted; the models are named by ModelSettings.
         self.engine = Engine.from_settings()
+        # The platform has no queue in front of the handler: a runaway request must end on its own.
+        self.budget = TimeBudget()
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit
@@ -26,5 +29,5 @@ class EndpointHandler:
             raise InvalidInputError(
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
-        transcript = self.engine.run(data["inputs"], data.get("parameters"))
+        transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
         return transcript.to_dict()

@@ -244,6 +244,8 @@ BAD_REQUESTS = {
     "zero speakers": (lambda s, c: blog(s, b64(c), {"num_speakers": 0}), 422, "invalid_parameters", "'num_speakers'"),
     "min over max speakers": (lambda s, c: transcribe(s, c, min_speakers=3, max_speakers=2), 422, "invalid_parameters", "greater than"),
     "num and min speakers": (lambda s, c: raw(s, c, "num_speakers=2&min_speakers=1"), 422, "invalid_parameters", "not both"),
+    # One such request once held the only job slot for ~2 h (8016 windows on an 8 s file).
+    "windows of a millisecond": (lambda s, c: raw(s, c, "chunk_length_s=0.001"), 422, "invalid_parameters", "'chunk_length_s'"),
     "unknown language": (lambda s, c: transcribe(s, c, language="klingon"), 422, "invalid_parameters", "unknown language"),
     "wrong API key": (lambda s, c: raw(s, c, headers={"Authorization": "Bearer nope"}), 401, "invalid_api_key", "invalid API key"),
 }

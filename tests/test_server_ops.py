@@ -50,9 +50,14 @@ class StubRecognizer:
         self.failure = None
         self.calls = 0
 
-    def transcribe(self, audio, config) -> AsrOutput:
+    def transcribe(self, audio, config, *, should_stop=None) -> AsrOutput:
         self.calls += 1
-        assert self.gate.wait(timeout=30), "the test never opened the gate"
+        give_up = time.monotonic() + 30
+        while not self.gate.wait(timeout=0.05):
+            # As the real recognizer does between window batches.
+            if should_stop is not None:
+                should_stop.check()
+            assert time.monotonic() < give_up, "the test never opened the gate"
         if self.failure is not None:
             raise self.failure
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
@@ -186,7 +191,7 @@ def test_inference_failures_are_ours_and_the_server_keeps_serving(server, stub, 
 
 def test_an_unexpected_exception_is_a_500_without_internals(stub) -> None:
     class BrokenEngine(Engine):
-        def transcribe(self, audio, config, *, warnings=()):
+        def transcribe(self, audio, config, **options):
             raise KeyError("secret internal state")
 
     with threaded_server(create_app(lambda: BrokenEngine(stub), settings())) as url:
@@ -241,15 +246,34 @@ def test_disconnected_clients_never_leak_a_slot(server, stub) -> None:
         assert running.result().status_code == 200 and queued.result().status_code == 200
     assert stub.calls == 2
 
-    # A client that gives up while its job runs: the job finishes, then the slot is free again.
+    # A client that gives up while its job runs: the job stops at its next window batch and the
+    # slot is free again at once, although the work (the gate) never finishes.
     stub.gate.clear()
     abandoned = send_and_abandon(server, tone_wav())
     wait_until(lambda: metric(server, "whosaid_jobs_running") == 1, 10, "the job to start")
     abandoned.close()
-    stub.gate.set()
     wait_until(lambda: metric(server, "whosaid_jobs_running") == 0, 10, "the slot to be released")
     assert metric(server, "whosaid_queue_depth") == 0
+    assert 'status="499"' in requests.get(f"{server}/metrics", headers=AUTH, timeout=5).text
+    stub.gate.set()
     assert post_audio(server).status_code == 200
+
+
+def test_a_job_over_its_time_budget_is_stopped_with_504_and_frees_its_slot(stub) -> None:
+    app = create_app(lambda: Engine(stub), settings(job_time_budget_base_s=0.5, job_time_budget_per_audio_s=0.5))
+    with threaded_server(app) as url:
+        stub.gate.clear()  # a job that would never end
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(post_audio, url)
+            wait_until(lambda: metric(url, "whosaid_jobs_running") == 1, 10, "the job to start")
+            response = running.result(timeout=10)
+        assert response.status_code == 504
+        detail = error_of(response)
+        assert detail["code"] == "time_budget_exceeded" and detail["type"] == "server_error"
+        assert "ran out of its time budget of 1 s for 1.0 s of audio" in detail["message"]
+        assert metric(url, "whosaid_jobs_running") == 0
+        stub.gate.set()
+        assert post_audio(url).json()["text"] == "hello there"
 
 
 # --- authentication, limits, CORS ------------------------------------------------------------
