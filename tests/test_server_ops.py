@@ -348,6 +348,25 @@ def test_http_errors_share_the_error_shape(server, method, path, kwargs, status,
     assert error_of(response)["code"] == code
 
 
+@pytest.mark.parametrize(
+    "body, phrase",
+    [
+        (b"[" * 100_000, "more than 32 levels deep"),  # made json.loads raise RecursionError: a 500
+        (b'{"inputs": ' + b"[" * 5000 + b"0" + b"]" * 5000 + b"}", "more than 32 levels deep"),
+        (b'{"inputs": [' + b'"a",' * 20_000 + b'"a"]}', "more than 10000 strings, arrays and objects"),
+        (b'{"inputs": "' + b'\\"' * 20_000 + b'"}', "more than 10000 strings, arrays and objects"),
+        (b'{"inputs": "abc', "the body is not valid JSON: Unterminated string"),
+    ],
+)
+def test_hostile_json_is_refused_with_400_before_parsing(server, stub, body, phrase) -> None:
+    response = requests.post(f"{server}/", data=body, headers={**AUTH, "Content-Type": "application/json"}, timeout=10)
+    assert response.status_code == 400, response.text
+    detail = error_of(response)
+    assert detail["code"] == "invalid_json" and phrase in detail["message"]
+    assert stub.calls == 0
+    assert post_audio(server).status_code == 200
+
+
 def test_validation_errors_name_the_field(server) -> None:
     files = {"file": ("a.wav", tone_wav())}
     response = requests.post(
