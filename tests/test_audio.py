@@ -117,6 +117,29 @@ def test_bad_input_is_a_typed_error(clip, make_inputs, message) -> None:
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize("kind", ["wav", "flac", "mp3", "ogg", "m4a", "webm"])
+@pytest.mark.parametrize("kept", [0.25, 0.5, 0.9])
+def test_every_container_cut_short_is_refused(clip, kind, kept) -> None:
+    # Ogg/Opus and WebM cuts used to decode to the first part of the audio: a 200 with half the text.
+    data = encode(clip, 16000, kind)
+    with pytest.raises(InvalidAudioError, match="truncated"):
+        load_audio(data[: int(len(data) * kept)])
+
+
+def test_an_ogg_file_cut_at_a_page_boundary_is_refused(clip) -> None:
+    data = encode(clip, 16000, "ogg")
+    last_page = data.rindex(b"OggS")
+    assert load_audio(data).duration_s == pytest.approx(CLIP_S, abs=0.02)
+    with pytest.raises(InvalidAudioError, match="the Ogg file is truncated: it ends before its end-of-stream page"):
+        load_audio(data[:last_page])
+
+
+def test_a_webm_file_cut_short_says_how_much_is_missing(clip) -> None:
+    data = encode(clip, 48000, "webm")
+    with pytest.raises(InvalidAudioError, match=r"the WebM/Matroska file is truncated: its header declares \d+ bytes"):
+        load_audio(data[: len(data) - 1000])
+
+
 def test_silence_is_detected(clip) -> None:
     assert audio_from_array(np.zeros(16000), 16000).is_silent()
     faint_hiss = np.random.default_rng(0).normal(0, 1e-4, 32000)

@@ -19,6 +19,7 @@ from openai.types.audio import Transcription, TranscriptionDiarized, Transcripti
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process
+from whosaid.audio import load_audio
 from whosaid.formats import DiarizedTranscription, JsonTranscription, VerboseTranscription
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.schemas import TranscriptResponse
@@ -234,6 +235,9 @@ BAD_REQUESTS = {
     "empty inputs": (lambda s, c: blog(s, ""), 400, "invalid_audio", "empty input"),
     "truncated file": (lambda s, c: raw(s, truncated(c)), 400, "invalid_audio", "truncated"),
     "truncated multipart": (lambda s, c: transcribe(s, truncated(c)), 400, "invalid_audio", "truncated"),
+    # Used to be a 200 with the first half of the transcript.
+    "truncated ogg/opus": (lambda s, c: raw(s, truncated(encode(load_audio(c).samples, 16_000, "ogg"))), 400, "invalid_audio", "truncated"),
+    "truncated webm": (lambda s, c: transcribe(s, truncated(encode(load_audio(c).samples, 48_000, "webm"))), 400, "invalid_audio", "truncated"),
     "oversize upload": (lambda s, c: raw(s, c * 10), 413, "payload_too_large", "MAX_UPLOAD_MB"),
     "oversize multipart": (lambda s, c: transcribe(s, c * 10), 413, "payload_too_large", "MAX_UPLOAD_MB"),
     "batch_size of the wrong type": (lambda s, c: blog(s, b64(c), {"batch_size": "many"}), 422, "invalid_parameters", "'batch_size'"),

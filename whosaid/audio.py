@@ -17,6 +17,7 @@ from typing import Any, Union
 import numpy as np
 
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+from whosaid.containers import check_complete
 from whosaid.errors import InvalidAudioError
 
 SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
@@ -123,13 +124,13 @@ def decode_audio_bytes(data: bytes) -> Audio:
 
     if not data:
         raise InvalidAudioError("empty input: the audio file has no bytes")
-    _check_wav_complete(data)
+    check_complete(data)
     try:
         container = av.open(io.BytesIO(data), mode="r")
     except (av.error.FFmpegError, ValueError, OSError) as error:
         raise InvalidAudioError(
-            f"could not decode the audio ({_reason(error)}); send a file in a common format "
-            f"({SUPPORTED_FORMATS})"
+            f"could not decode the audio ({_reason(error)}): it is not in a common format, or it "
+            f"is corrupt or truncated; send a complete file in a common format ({SUPPORTED_FORMATS})"
         ) from error
     with container:
         streams = [stream for stream in container.streams if stream.type == "audio"]
@@ -164,31 +165,6 @@ def decode_audio_bytes(data: bytes) -> Audio:
             f"{decoded_s:.2f} s could be decoded; send the complete file"
         )
     return _checked(samples)
-
-
-def _check_wav_complete(data: bytes) -> None:
-    """FFmpeg clamps a WAV's declared data size to the bytes present and decodes the rest
-    silently, so a cut-off upload would pass as shorter audio. Compare the header with the size."""
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        return
-    offset = 12
-    while offset + 8 <= len(data):
-        chunk_id = data[offset : offset + 4]
-        chunk_size = int.from_bytes(data[offset + 4 : offset + 8], "little")
-        body = offset + 8
-        if chunk_id == b"data":
-            present = len(data) - body
-            # 0 and 0xFFFFFFFF mean "unknown length" (streamed WAV): nothing to compare.
-            if chunk_size not in (0, 0xFFFFFFFF) and present < chunk_size:
-                raise InvalidAudioError(
-                    f"the WAV file is truncated: its header declares {chunk_size} bytes of audio "
-                    f"but only {present} are present; send the complete file"
-                )
-            return
-        offset = body + chunk_size + (chunk_size & 1)
-    raise InvalidAudioError(
-        "the WAV file is truncated: it ends before its audio data; send the complete file"
-    )
 
 
 def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
@@ -229,6 +205,10 @@ def _checked(samples: np.ndarray) -> Audio:
 def _declared_duration_s(container: Any, stream: Any) -> float | None:
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
+    # Matroska/WebM declare the duration in the Segment's Info, not per stream. (Elsewhere the
+    # container's duration may be FFmpeg's estimate from the bitrate: not a declaration.)
+    if "matroska" in container.format.name and container.duration is not None:
+        return container.duration / 1_000_000
     return None
 
 
