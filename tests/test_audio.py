@@ -126,6 +126,41 @@ def test_every_container_cut_short_is_refused(clip, kind, kept) -> None:
         load_audio(data[: int(len(data) * kept)])
 
 
+def with_wav_format(data: bytes, **fields: int) -> bytes:
+    """The WAV with fields of its format chunk overwritten."""
+    offsets = {"channels": 2, "rate": 4, "byte_rate": 8, "block_align": 12, "bits": 14}
+    widths = {"channels": 2, "rate": 4, "byte_rate": 4, "block_align": 2, "bits": 2}
+    edited = bytearray(data)
+    fmt = edited.index(b"fmt ") + 8
+    for name, value in fields.items():
+        edited[fmt + offsets[name] : fmt + offsets[name] + widths[name]] = value.to_bytes(widths[name], "little")
+    return bytes(edited)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"bits": 7},  # was decoded as 8-bit noise twice as long: an empty 200
+        {"bits": 8},
+        {"bits": 24},
+        {"bits": 0},
+        {"block_align": 4},
+        {"byte_rate": 16000},
+        {"channels": 0},
+        {"rate": 0},
+    ],
+)
+def test_a_wav_header_whose_fields_disagree_is_refused(clip, fields) -> None:
+    with pytest.raises(InvalidAudioError, match="the WAV file is corrupt"):
+        load_audio(with_wav_format(encode(clip, 16000, "wav"), **fields))
+
+
+def test_consistent_wav_headers_still_decode(clip) -> None:
+    data = encode(clip, 16000, "wav")
+    # 12 significant bits in 16-bit samples is a legal PCM header.
+    np.testing.assert_array_equal(load_audio(with_wav_format(data, bits=12)).samples, load_audio(data).samples)
+
+
 def test_an_ogg_file_cut_at_a_page_boundary_is_refused(clip) -> None:
     data = encode(clip, 16000, "ogg")
     last_page = data.rindex(b"OggS")

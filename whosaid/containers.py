@@ -30,12 +30,15 @@ def check_complete(data: bytes) -> None:
 
 def check_wav_complete(data: bytes) -> None:
     """FFmpeg clamps a WAV's declared data size to the bytes present and decodes the rest
-    silently, so a cut-off upload would pass as shorter audio. Compare the header with the size."""
+    silently, so a cut-off upload would pass as shorter audio. Compare the header with the size;
+    check the format chunk's fields agree with each other on the way."""
     offset = 12
     while offset + 8 <= len(data):
         chunk_id = data[offset : offset + 4]
         chunk_size = int.from_bytes(data[offset + 4 : offset + 8], "little")
         body = offset + 8
+        if chunk_id == b"fmt " and body + chunk_size <= len(data):  # a cut one: "truncated" below
+            check_wav_format(data[body : body + chunk_size])
         if chunk_id == b"data":
             present = len(data) - body
             # 0 and 0xFFFFFFFF mean "unknown length" (streamed WAV): nothing to compare.
@@ -49,6 +52,41 @@ def check_wav_complete(data: bytes) -> None:
     raise InvalidAudioError(
         "the WAV file is truncated: it ends before its audio data; send the complete file"
     )
+
+
+_WAV_PCM = 0x0001
+_WAV_FLOAT = 0x0003
+_WAV_EXTENSIBLE = 0xFFFE
+
+
+def check_wav_format(fmt: bytes) -> None:
+    """PCM and float WAVs: bits per sample a real sample size, block align and byte rate what
+    the channels, the size and the rate make. FFmpeg trusts a corrupt bits-per-sample (7 read as
+    8-bit samples of 16-bit data: noise twice as long, an empty 200); refuse it instead."""
+    if len(fmt) < 16:
+        raise InvalidAudioError("the WAV file is corrupt: its format chunk is too short; send the original file")
+    tag = int.from_bytes(fmt[0:2], "little")
+    channels = int.from_bytes(fmt[2:4], "little")
+    rate_hz = int.from_bytes(fmt[4:8], "little")
+    byte_rate = int.from_bytes(fmt[8:12], "little")
+    block_align = int.from_bytes(fmt[12:14], "little")
+    bits = int.from_bytes(fmt[14:16], "little")
+    if channels == 0 or rate_hz == 0:
+        raise InvalidAudioError(
+            f"the WAV file is corrupt: its header says {channels} channels at {rate_hz} Hz; send the original file"
+        )
+    if tag not in (_WAV_PCM, _WAV_FLOAT, _WAV_EXTENSIBLE):
+        return  # compressed formats (ADPCM, A-law, ...) lay out blocks their own way
+    sample_bytes = (bits + 7) // 8
+    valid_bits = (1, 2, 3, 4, 8) if tag != _WAV_FLOAT else (4, 8)
+    if bits == 0 or sample_bytes not in valid_bits or block_align != channels * sample_bytes or (
+        byte_rate != rate_hz * block_align
+    ):
+        raise InvalidAudioError(
+            f"the WAV file is corrupt: its header's fields disagree ({bits} bits per sample, "
+            f"{channels} channels, block align {block_align}, {byte_rate} bytes/s at {rate_hz} Hz); "
+            "send the original file"
+        )
 
 
 def check_ogg_complete(data: bytes) -> None:
