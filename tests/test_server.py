@@ -288,7 +288,7 @@ def test_silence_is_200_with_empty_text(server: str, openai_client: OpenAI) -> N
 
 
 def test_openapi_documents_the_routes_and_the_real_response_models(server: str, reference) -> None:
-    schema = requests.get(f"{server}/openapi.json", timeout=10).json()
+    schema = requests.get(f"{server}/openapi.json", headers=AUTH, timeout=10).json()
     assert {"/", "/v1/audio/transcriptions", "/v1/audio/translations", "/health", "/ready", "/metrics"} <= set(schema["paths"])
     components = schema["components"]["schemas"]
     transcript = components["TranscriptResponse"]["properties"]

@@ -291,6 +291,17 @@ def test_api_key_guards_everything_but_health_and_ready(server) -> None:
         files = {"file": ("a.wav", tone_wav())}
         response = requests.post(f"{server}/v1/audio/transcriptions", files=files, headers=headers, timeout=10)
         assert response.status_code == 401
+        # The key is checked before the body is read: a keyless form is never parsed (it was,
+        # and a thousand fields answered 400 instead of 401).
+        fields = [(f"field{index}", "x") for index in range(1001)]
+        response = requests.post(f"{server}/v1/audio/transcriptions", data=fields, headers=headers, timeout=10)
+        assert response.status_code == 401 and error_of(response)["code"] == "invalid_api_key"
+        # The API description is behind the key too.
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            response = requests.get(f"{server}{path}", headers=headers, timeout=10)
+            assert response.status_code == 401 and error_of(response)["code"] == "invalid_api_key"
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert requests.get(f"{server}{path}", headers=AUTH, timeout=10).status_code == 200
     assert post_audio(server).status_code == 200
 
 
@@ -383,7 +394,7 @@ def test_metrics_count_routes_statuses_audio_and_decoding(server) -> None:
     assert post_audio(server).status_code == 200
     assert requests.post(f"{server}/", data=b"\x00\x01garbage", headers=AUTH, timeout=10).status_code == 400
     assert post_audio(server, tone_wav(10)).status_code == 413  # refused before routing
-    assert requests.get(f"{server}/nowhere", timeout=5).status_code == 404
+    assert requests.get(f"{server}/nowhere", headers=AUTH, timeout=5).status_code == 404
     text = requests.get(f"{server}/metrics", headers=AUTH, timeout=5).text
     assert 'whosaid_http_requests_total{method="POST",route="/",status="200"}' in text
     assert 'whosaid_http_requests_total{method="POST",route="/",status="400"}' in text

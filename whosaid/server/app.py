@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from whosaid import __version__
 from whosaid.config import ModelSettings
 from whosaid.engine import Engine
+from whosaid.server.auth import ApiKeyMiddleware
 from whosaid.server.errors import install_error_handlers
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.limits import BodySizeLimitMiddleware
@@ -30,6 +31,9 @@ and pyannote speaker diarization.
   audio file with parameters in the query string).
 * `POST /v1/audio/transcriptions`, `/v1/audio/translations`: OpenAI's audio API.
 * `GET /health`, `/ready`, `/metrics`: operations.
+
+With API_KEY set, every route but /health and /ready (this description included) needs
+`Authorization: Bearer <API_KEY>`.
 
 Errors are `{"error": {"message", "type", "code", "param"}}`.
 """
@@ -66,6 +70,9 @@ def create_app(
         app.include_router(module.router)
     # Added innermost first: metrics see every response, CORS headers go on errors too.
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_upload_bytes)
+    # Outside the body limit: a keyless request is refused on its headers, before its body.
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
