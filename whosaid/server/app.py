@@ -3,6 +3,7 @@ into the Engine; error mapping, limits, auth and metrics are installed here once
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Union
 
@@ -56,6 +57,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        limiter.bind_loop(asyncio.get_running_loop())
         state.start_loading()
         yield
 

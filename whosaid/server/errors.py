@@ -19,6 +19,7 @@ from whosaid.errors import (
     ClientGoneError,
     InvalidInputError,
     InvalidParametersError,
+    JobStoppedError,
     ModelLoadError,
     OutOfMemoryError,
     ShuttingDownError,
@@ -134,7 +135,10 @@ async def _api_error(request: Request, error: Exception) -> JSONResponse:
 async def _core_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, WhosaidError)
     status_code, headers = core_error_status(error)
-    if status_code >= 500:
+    if isinstance(error, JobStoppedError):
+        # Stopped on purpose (budget, client gone, shutdown): the reason is the whole story.
+        logger.warning("%s %s stopped: %s", request.method, request.url.path, error)
+    elif status_code >= 500:
         # The client sees the core's one-line message; the cause and traceback go to the log.
         logger.error("%s %s failed: %s", request.method, request.url.path, error, exc_info=error)
     return error_response(status_code, error.code, str(error), headers=headers)

@@ -7,10 +7,16 @@ beyond that is refused at once with 429 rather than piling up until clients time
 Each job gets a StopSignal. While it waits or runs, a watcher on the event loop asks every
 `WATCH_INTERVAL_S` whether its client is still there: a client that left has its queued job
 skipped and its running job stopped at the next window batch, which frees the slot.
+
+Shutdown (`request_drain`): new requests and queued jobs get 503 at once; running jobs may
+finish until shortly before the grace period ends, then stop at their next window batch and
+answer 503 too, so that every client has an answer before the process exits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import time
 from collections import deque
@@ -20,14 +26,18 @@ import anyio
 import anyio.to_thread
 
 from whosaid.cancellation import StopSignal
-from whosaid.errors import ClientGoneError
+from whosaid.errors import ClientGoneError, ShuttingDownError
 from whosaid.server.errors import ApiError
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 #: How often a waiting or running job's client is checked for a disconnect.
 WATCH_INTERVAL_S = 0.25
 #: Job durations remembered for Retry-After: the slowest of them prices each job ahead.
 _RECENT_JOBS = 20
+#: Part of the shutdown grace period kept for stopped jobs to reach their next window batch and
+#: answer before the server stops waiting for them: a batch of windows must fit in it.
+_ANSWER_MARGIN_FRACTION = 0.5
 
 
 class JobLimiter:
@@ -38,6 +48,9 @@ class JobLimiter:
         self._running = 0
         self._recent_job_s: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._started_at: dict[int, float] = {}  # id(stop) -> monotonic start of each running job
+        self._stops: dict[int, StopSignal] = {}  # every admitted job's signal, waiting or running
+        self._draining = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         # Created on first use: anyio primitives belong to the event loop that runs the app.
         self._slots: Optional[anyio.Semaphore] = None
         self._threads: Optional[anyio.CapacityLimiter] = None
@@ -50,6 +63,37 @@ class JobLimiter:
     def waiting(self) -> int:
         return self._admitted - self._running
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop the app runs on, for `request_drain` from a signal handler."""
+        self._loop = loop
+
+    def request_drain(self, grace_s: float) -> None:
+        """Begin a shutdown that answers every admitted job within `grace_s`. Safe to call from a
+        signal handler or another thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.begin_drain, grace_s)
+
+    def begin_drain(self, grace_s: float) -> None:
+        """On the event loop: refuse new jobs, stop queued ones now and running ones before
+        `grace_s` is over."""
+        self._draining = True
+        logger.warning(
+            "shutting down: %d jobs running and %d waiting are answered within %.1f s",
+            self._running,
+            self.waiting,
+            grace_s,
+        )
+        running_budget_s = grace_s * (1 - _ANSWER_MARGIN_FRACTION)
+        for key, stop in list(self._stops.items()):
+            if key in self._started_at:
+                stop.stop_after(running_budget_s, _shutdown_error())
+            else:
+                stop.cancel(_shutdown_error())
+
     async def run(
         self,
         job: Callable[[StopSignal], T],
@@ -59,6 +103,8 @@ class JobLimiter:
         """Run `job(stop)` in a worker thread once a slot is free. Raises ApiError(429) when the
         queue is full, ClientGoneError when the client left (before its turn, or during its job
         if the job checks `stop`)."""
+        if self._draining:
+            raise _shutdown_error()
         if self._admitted >= self.max_concurrent + self.max_queue:
             raise ApiError(
                 429,
@@ -74,6 +120,7 @@ class JobLimiter:
             self._threads = anyio.CapacityLimiter(self.max_concurrent)
         stop = StopSignal()
         self._admitted += 1
+        self._stops[id(stop)] = stop
         outcome: list[T] = []
         failure: list[BaseException] = []
         try:
@@ -89,6 +136,7 @@ class JobLimiter:
                     watchers.cancel_scope.cancel()
         finally:
             self._admitted -= 1
+            del self._stops[id(stop)]
         if failure:
             raise failure[0]
         return outcome[0]
@@ -149,3 +197,7 @@ class JobLimiter:
         remaining_s = sum(max(job_s - (now - started), 0.0) for started in self._started_at.values())
         ahead_s = remaining_s + self.waiting * job_s
         return max(1, math.ceil(ahead_s / self.max_concurrent))
+
+
+def _shutdown_error() -> ShuttingDownError:
+    return ShuttingDownError("the server is shutting down and could not finish this job; retry")

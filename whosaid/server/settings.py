@@ -57,6 +57,13 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="Seconds of budget added per second of audio.",
     )
+    shutdown_grace_s: float = Field(
+        default=8.0,
+        gt=0,
+        description="On SIGTERM: seconds to answer every admitted request before exiting. Queued "
+        "requests get 503 at once; running jobs finish or are stopped (503) before the end. Keep it "
+        "below the platform's own grace period (Docker 10 s, Kubernetes 30 s by default).",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins allowed to call the API from a browser, comma-separated ('*' for any). "
