@@ -13,6 +13,7 @@ from typing import Any
 from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
 
 
 class EndpointHandler:
@@ -30,4 +31,6 @@ class EndpointHandler:
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
         transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
+        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
+            release_memory()
         return transcript.to_dict()

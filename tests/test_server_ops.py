@@ -49,6 +49,7 @@ class StubRecognizer:
         self.gate.set()
         self.failure = None
         self.calls = 0
+        self.hold_s = 0.0  # how long each job takes once the gate is open
 
     def transcribe(self, audio, config, *, should_stop=None) -> AsrOutput:
         self.calls += 1
@@ -58,6 +59,7 @@ class StubRecognizer:
             if should_stop is not None:
                 should_stop.check()
             assert time.monotonic() < give_up, "the test never opened the gate"
+        time.sleep(self.hold_s)
         if self.failure is not None:
             raise self.failure
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
@@ -217,6 +219,51 @@ def test_a_full_queue_answers_429_while_health_and_metrics_stay_fast(server, stu
         stub.gate.set()
         assert [future.result().status_code for future in accepted] == [200, 200, 200]
     assert metric(server, "whosaid_queue_depth") == 0 and metric(server, "whosaid_jobs_running") == 0
+
+
+def test_retry_after_covers_the_wait_of_the_work_already_admitted(stub) -> None:
+    """A refused client told to retry after Retry-After seconds finds the work ahead of it done.
+    The estimate used to be a running average that a few fast jobs dragged down: it said 9 s while
+    queued requests waited 16.4 s."""
+    with threaded_server(create_app(lambda: Engine(stub), settings())) as url:
+        stub.hold_s = 1.0
+        assert post_audio(url).status_code == 200  # one slow job measured
+        stub.hold_s = 0.0
+        for _ in range(4):
+            assert post_audio(url).status_code == 200  # then fast ones
+        stub.hold_s = 1.0
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            admitted = [pool.submit(post_audio, url) for _ in range(3)]  # 1 running + 2 waiting
+            wait_until(lambda: metric(url, "whosaid_queue_depth") == 2, 10, "two waiting requests")
+            refused = post_audio(url)
+            refused_at = time.monotonic()
+            assert refused.status_code == 429
+            assert [future.result().status_code for future in admitted] == [200, 200, 200]
+            waited_s = time.monotonic() - refused_at
+        retry_after_s = int(refused.headers["Retry-After"])
+        assert waited_s <= retry_after_s <= waited_s + 2.5, (retry_after_s, waited_s)
+
+
+def test_too_short_audio_is_refused_alike_at_every_rate(server, stub) -> None:
+    # One sample used to be a 200 at 16 kHz and a 400 at 8 kHz (resampled to nothing).
+    for rate_hz in (8_000, 16_000, 44_100):
+        response = post_audio(server, encode(np.array([0.1], np.float32), rate_hz, "wav"))
+        assert response.status_code == 400, rate_hz
+        assert "too short to hold speech; send at least 0.1 s" in error_of(response)["message"]
+    assert stub.calls == 0
+
+
+def test_float_arrays_must_lie_in_the_unit_range(server, stub) -> None:
+    for samples, phrase in (
+        ([1e30] * 16_000, "float samples must lie in [-1, 1], but the array peaks at 1e+30"),
+        ([12_000.0] * 16_000, "scale 16-bit PCM by 1/32768"),
+    ):
+        body = {"inputs": {"array": samples, "sampling_rate": 16_000}}
+        response = requests.post(f"{server}/", json=body, headers=AUTH, timeout=10)
+        assert response.status_code == 400 and phrase in error_of(response)["message"]
+    assert stub.calls == 0
+    body = {"inputs": {"array": [0.5, -1.0] * 8_000, "sampling_rate": 16_000}}
+    assert requests.post(f"{server}/", json=body, headers=AUTH, timeout=10).status_code == 200
 
 
 def send_and_abandon(url: str, body: bytes) -> socket.socket:

@@ -24,6 +24,9 @@ SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
 # A decoded stream shorter than its header's duration by more than this is a truncated file.
 TRUNCATION_TOLERANCE_S = 0.2
 TRUNCATION_TOLERANCE_FRACTION = 0.02
+# Shorter audio holds no word: refused the same way at every sample rate (a 1-sample file used
+# to be 200 at 16 kHz and 400 at 8 kHz, where resampling left no sample).
+MIN_AUDIO_DURATION_S = 0.1
 # Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
 SILENCE_FRAME_S = 0.025
 SILENCE_THRESHOLD_DBFS = -55.0
@@ -155,6 +158,8 @@ def decode_audio_bytes(data: bytes) -> Audio:
                 f"({_reason(error)})"
             ) from error
     samples = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+    if decoded_s > 0:
+        _check_long_enough(decoded_s)
     if samples.size == 0:
         raise InvalidAudioError("no audio samples could be decoded: the file is empty or truncated")
     if declared_s is not None and declared_s - decoded_s > max(
@@ -180,6 +185,17 @@ def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
         raise InvalidAudioError(f"the audio array must be 1-D (or channels x time), not {array.ndim}-D")
     if array.size == 0:
         raise InvalidAudioError("empty input: the audio array has no samples")
+    if not np.all(np.isfinite(array)):
+        raise InvalidAudioError("the audio holds NaN or infinite samples")
+    peak = float(np.max(np.abs(array)))
+    if peak > 1.0:
+        # Refused, not normalised: a peak far above 1 means integer PCM sent as floats or garbage,
+        # and guessing the scale would hide the client's bug.
+        raise InvalidAudioError(
+            f"float samples must lie in [-1, 1], but the array peaks at {peak:.3g}; scale 16-bit "
+            "PCM by 1/32768 (or send the audio file itself)"
+        )
+    _check_long_enough(array.size / sample_rate_hz)
     if sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
         array = _resample(array, sample_rate_hz)
     return _checked(np.ascontiguousarray(array, dtype=np.float32))
@@ -194,6 +210,14 @@ def _resample(samples: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     pieces = [out.to_ndarray().reshape(-1) for out in resampler.resample(frame)]
     pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+
+def _check_long_enough(duration_s: float) -> None:
+    if duration_s < MIN_AUDIO_DURATION_S:
+        raise InvalidAudioError(
+            f"the audio lasts {duration_s:.4f} s, too short to hold speech; send at least "
+            f"{MIN_AUDIO_DURATION_S:g} s"
+        )
 
 
 def _checked(samples: np.ndarray) -> Audio:

@@ -9,6 +9,7 @@ from whosaid.audio import AudioInput, load_audio
 from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
 from whosaid.results import Transcript
 from whosaid.server.errors import ApiError
 from whosaid.server.jobs import JobLimiter
@@ -70,6 +71,11 @@ class TranscriptionService:
                 f"{self.max_audio_duration_s:g} s (MAX_AUDIO_DURATION_S); split it and send the parts",
             )
         stop.start_budget(self.time_budget, audio.duration_s)
-        transcript = engine.transcribe(audio, config, warnings=warnings, should_stop=stop)
+        try:
+            transcript = engine.transcribe(audio, config, warnings=warnings, should_stop=stop)
+        finally:
+            if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
+                del audio
+                release_memory()
         self.metrics.observe_transcript(transcript, time.perf_counter() - started)
         return transcript
