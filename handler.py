@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,8 @@ class EndpointHandler:
                 runtime.attn_implementation,
                 runtime.asr_model,
             )
+        # The platform has no queue in front of the handler: a runaway request must end on its own.
+        self.budget = TimeBudget()
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit
@@ -41,5 +45,7 @@ class EndpointHandler:
             raise InvalidInputError(
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
-        transcript = self.engine.run(data["inputs"], data.get("parameters"))
+        transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
+        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
+            release_memory()
         return transcript.to_dict()

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from whosaid.audio import Audio
+from whosaid.cancellation import StopSignal
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
 from whosaid.decoding import GreedyWhisperDecoder, is_repetitive, is_silence, needs_fallback, split_segments
 from whosaid.errors import InvalidParametersError, ModelLoadError
@@ -239,13 +240,19 @@ class SpeechRecognizer:
             return self.has_assistant and duration_s <= config.chunk_length_s
         return bool(config.assisted)
 
-    def transcribe(self, audio: Audio, config: InferenceConfig) -> AsrOutput:
+    def transcribe(
+        self, audio: Audio, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> AsrOutput:
+        """`should_stop` is checked before each window batch: a job stopped there (time budget
+        spent, client gone, shutdown) raises its JobStoppedError and frees the models."""
         language = self._resolve_language(config)
         assisted = self.uses_assistant(config, audio.duration_s)
         windows = self.vad.windows(audio.samples, config.chunk_length_s)
         batch_size = 1 if assisted else config.effective_batch_size
         spans: list[Span] = []
         for first in range(0, len(windows), batch_size):
+            if should_stop is not None:
+                should_stop.check()
             batch = windows[first : first + batch_size]
             batch_spans, language = self._transcribe_windows(
                 audio, batch, language, config.task, assistant=self.assistant if assisted else None

@@ -27,6 +27,11 @@ from whosaid.errors import InvalidParametersError
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
 DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
+# Shorter windows give Whisper too little context to be worth a pass each, and multiply the work:
+# 0.001 s windows turned an 8 s file into 8016 windows (~2 h of decoding).
+MIN_CHUNK_LENGTH_S = 5.0
+# pyannote clusters into at most this many speakers; more is a typo, not a recording.
+MAX_SPEAKERS = 100
 
 
 class ModelSettings(BaseSettings):
@@ -146,9 +151,9 @@ class InferenceConfig(BaseModel):
     )
     chunk_length_s: float = Field(
         default=WHISPER_WINDOW_S,
-        gt=0,
+        ge=MIN_CHUNK_LENGTH_S,
         le=WHISPER_WINDOW_S,
-        description="length of the windows long audio is cut into, in seconds (at most 30)",
+        description="length of the windows long audio is cut into, in seconds (5 to 30)",
     )
     sampling_rate: int = Field(
         default=WHISPER_SAMPLE_RATE_HZ,
@@ -159,9 +164,9 @@ class InferenceConfig(BaseModel):
     language: Optional[str] = Field(
         default=None, description="spoken language (code such as 'en' or name); detected when absent"
     )
-    num_speakers: SpeakerCount = Field(default=None, ge=1, description="exact number of speakers")
-    min_speakers: SpeakerCount = Field(default=None, ge=1, description="lower bound on speakers")
-    max_speakers: SpeakerCount = Field(default=None, ge=1, description="upper bound on speakers")
+    num_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
+    min_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
+    max_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
 
     @field_validator("language", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from whosaid.alignment import assign_speakers
 from whosaid.asr import SpeechRecognizer
 from whosaid.audio import Audio, AudioInput, load_audio
+from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
 from whosaid.device import ModelRuntime
 from whosaid.diarization import Diarizer
@@ -85,14 +86,29 @@ class Engine:
             has_diarizer=self.diarizer is not None,
         )
 
-    def run(self, inputs: AudioInput, parameters: Optional[dict[str, Any]] = None) -> Transcript:
-        """A request as the handler gets it: raw inputs and a parameters dict."""
+    def run(
+        self,
+        inputs: AudioInput,
+        parameters: Optional[dict[str, Any]] = None,
+        *,
+        budget: Optional[TimeBudget] = None,
+    ) -> Transcript:
+        """A request as the handler gets it: raw inputs and a parameters dict. With `budget`,
+        the job stops with TimeBudgetExceededError once its time for this audio is spent."""
         config, warnings = self.parse_parameters(parameters)
         audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
-        return self.transcribe(audio, config, warnings=warnings)
+        stop = StopSignal()
+        if budget is not None:
+            stop.start_budget(budget, audio.duration_s)
+        return self.transcribe(audio, config, warnings=warnings, should_stop=stop)
 
     def transcribe(
-        self, audio: Audio, config: InferenceConfig, *, warnings: Sequence[str] = ()
+        self,
+        audio: Audio,
+        config: InferenceConfig,
+        *,
+        warnings: Sequence[str] = (),
+        should_stop: Optional[StopSignal] = None,
     ) -> Transcript:
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
@@ -105,9 +121,11 @@ class Engine:
                 warnings=tuple(warnings),
             )
         with _translate_failures("speech recognition"):
-            asr = self.recognizer.transcribe(audio, config)
+            asr = self.recognizer.transcribe(audio, config, should_stop=should_stop)
         speakers, turns = (), ()
         if self.diarizer is not None:
+            if should_stop is not None:
+                should_stop.check()
             with _translate_failures("speaker diarization"):
                 turns = self.diarizer.diarize(audio, config.speaker_parameters())
             speakers = assign_speakers(asr.chunks, turns)

@@ -51,6 +51,15 @@ def answers(url: str, status: int = 200) -> bool:
 @contextlib.contextmanager
 def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True) -> Iterator[str]:
     """`python -m whosaid serve` on a free loopback port; yields its base URL."""
+    with server_subprocess(env, log_path, wait_ready=wait_ready) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def server_subprocess(
+    env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`server_process`, yielding the process too (to signal it)."""
     port = free_port()
     full_env = {
         **os.environ,
@@ -73,7 +82,7 @@ def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool =
             return answers(f"{url}/ready" if wait_ready else f"{url}/health")
 
         wait_until(up, SERVER_START_TIMEOUT_S, "the server to start", interval_s=0.2)
-        yield url
+        yield url, process
     finally:
         process.terminate()
         try:

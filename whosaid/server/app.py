@@ -3,6 +3,7 @@ into the Engine; error mapping, limits, auth and metrics are installed here once
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Union
 
@@ -12,6 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from whosaid import __version__
 from whosaid.config import ModelSettings
 from whosaid.engine import Engine
+from whosaid.server.auth import ApiKeyMiddleware
 from whosaid.server.errors import install_error_handlers
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.limits import BodySizeLimitMiddleware
@@ -30,6 +32,9 @@ and pyannote speaker diarization.
   audio file with parameters in the query string).
 * `POST /v1/audio/transcriptions`, `/v1/audio/translations`: OpenAI's audio API.
 * `GET /health`, `/ready`, `/metrics`: operations.
+
+With API_KEY set, every route but /health and /ready (this description included) needs
+`Authorization: Bearer <API_KEY>`.
 
 Errors are `{"error": {"message", "type", "code", "param"}}`.
 """
@@ -55,18 +60,24 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        limiter.bind_loop(asyncio.get_running_loop())
         state.start_loading()
         yield
 
     app = FastAPI(title="whosaid", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.service = TranscriptionService(state, limiter, metrics, settings.max_audio_duration_s)
+    app.state.service = TranscriptionService(
+        state, limiter, metrics, settings.max_audio_duration_s, settings.time_budget
+    )
     install_error_handlers(app)
     for module in (inference, openai, ops):
         app.include_router(module.router)
     # Added innermost first: metrics see every response, CORS headers go on errors too.
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_upload_bytes)
+    # Outside the body limit: a keyless request is refused on its headers, before its body.
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
