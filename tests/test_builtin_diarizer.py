@@ -155,3 +155,17 @@ def test_long_recordings_are_clustered_in_bounded_groups(diarizer: BuiltinDiariz
     turns = bounded.diarize(Audio(meeting.samples), {"num_speakers": 3})
     assert len(speakers_of(turns)) == 3
     assert diarization_error_rate(reference, turns) <= 0.1
+
+
+def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: BuiltinDiarizer) -> None:
+    two_voices = [line for line in MEETING_SCRIPT if line[0] != "carol"] * 4
+    script = [*two_voices[:30], ("carol", "I have one question about the budget.", 0.4), *two_voices[30:]]
+    conversation = build_conversation(script)
+    carol = next(line for line in conversation.lines if line.speaker == "carol")
+    assert conversation.duration_s > 120 and carol.end_s - carol.start_s < 2.0
+    turns = diarizer.diarize(Audio(conversation.samples), {})
+    assert len(speakers_of(turns)) == 3
+    during = [turn for turn in turns if turn.start_s < carol.end_s and turn.end_s > carol.start_s]
+    elsewhere = {turn.speaker for turn in turns if turn.end_s <= carol.start_s or turn.start_s >= carol.end_s}
+    covered_s = sum(min(t.end_s, carol.end_s) - max(t.start_s, carol.start_s) for t in during if t.speaker not in elsewhere)
+    assert covered_s >= 0.8 * (carol.end_s - carol.start_s)

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from whosaid.audio import Audio
-from whosaid.clustering import MAX_POINTS, MIN_NEIGHBOURS, SpeakerCount, centroids, cluster, estimate_count
+from whosaid.clustering import DEFAULT_MAX_SPEAKERS, MAX_POINTS, MIN_NEIGHBOURS, SpeakerCount, centroids, cluster, estimate_count
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.diarization import BUILTIN_MODEL, Diarizer, too_many_speakers
 from whosaid.errors import InferenceError
@@ -58,6 +58,11 @@ class BuiltinDiarizerOptions:
     # Two clusters whose windows are this alike on average (cosine of the raw embeddings) are one
     # voice: one voice split in two scored 0.74-0.80 here, two people 0.51-0.70.
     same_voice_similarity: float = 0.72
+    # A speech region this long that matches none of the speakers found (raw cosine of its mean
+    # window embedding below the similarity) is a speaker of its own: in a 131 s two-voice
+    # meeting a third voice's 1.9 s line scored 0.83, the two voices' own regions 0.89 and up.
+    rare_voice_min_s: float = 1.5
+    rare_voice_similarity: float = 0.85
     # A cluster with less speech than this is not a speaker (a cough, a 0.3 s blip).
     min_speaker_s: float = 1.0
     # Inside one speech region a speaker change shorter than this is smoothed away.
@@ -116,7 +121,13 @@ class BuiltinDiarizer(Diarizer):
             for window in _windows(regions, window_s, self.options.score_hop_s, self.options.min_window_s)
         ]
         embeddings = self._embed(samples, regions, windows + scoring)
-        speakers, centre = self._speakers(windows, embeddings[: len(windows)], count, audio.duration_s, speaker_parameters)
+        speakers, raw_speakers, centre = self._speakers(
+            windows, embeddings[: len(windows)], count, audio.duration_s, speaker_parameters
+        )
+        if count.exactly is None:
+            room = (count.at_most or DEFAULT_MAX_SPEAKERS) - len(speakers)
+            rare = self._rare_voices(windows, embeddings[: len(windows)], raw_speakers, centre, room)
+            speakers = np.concatenate([speakers, rare])
         scoring_embeddings = _centred(embeddings[len(windows) :], centre)
         labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options, count.lowest)
         for _ in range(self.options.refinements):
@@ -161,8 +172,9 @@ class BuiltinDiarizer(Diarizer):
         count: SpeakerCount,
         duration_s: float,
         speaker_parameters: dict[str, int],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The centroid of each speaker's centred embeddings, (speakers, 256), and the centre."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The centroid of each speaker's centred embeddings, (speakers, 256), the same of the raw
+        embeddings, and the centre."""
         durations = np.array([window.end_s - window.start_s for window in windows])
         reliable = np.flatnonzero(durations >= self.options.reliable_window_s - 1e-6)
         if len(reliable) < count.lowest:
@@ -195,7 +207,40 @@ class BuiltinDiarizer(Diarizer):
         keep = [speaker for speaker in range(n_speakers) if speech_s[speaker] >= self.options.min_speaker_s]
         while len(keep) < min(count.lowest, n_speakers):  # never below the requested count
             keep.append(max((s for s in range(n_speakers) if s not in keep), key=lambda s: speech_s[s]))
-        return (speakers[sorted(keep)] if keep else speakers), centre
+        kept = sorted(keep) if keep else list(range(n_speakers))
+        raw_speakers = centroids(points, point_labels, n_speakers)[kept]
+        return speakers[kept], raw_speakers, centre
+
+    def _rare_voices(
+        self,
+        windows: list[_Window],
+        embeddings: np.ndarray,
+        raw_speakers: np.ndarray,
+        centre: np.ndarray,
+        room: int,
+    ) -> np.ndarray:
+        """Speakers the clustering cannot see: a voice that talks for 2 s in a long meeting is a
+        handful of points among thousands. A speech region of at least `rare_voice_min_s` whose
+        windows match no speaker found (raw cosine below `rare_voice_similarity`) is a new
+        speaker; such regions that sound alike are one. At most `room` are added. Returns their
+        centred centroids, (new speakers, 256)."""
+        if room <= 0:
+            return np.zeros((0, embeddings.shape[1]), np.float32)
+        by_region: dict[int, list[int]] = {}
+        for index, window in enumerate(windows):
+            by_region.setdefault(window.region, []).append(index)
+        voices: list[np.ndarray] = []
+        for members in by_region.values():
+            window = windows[members[0]]
+            if windows[members[-1]].end_s - window.start_s < self.options.rare_voice_min_s:
+                continue
+            voice = _unit(embeddings[members].mean(axis=0, keepdims=True))[0]
+            if float((raw_speakers @ voice).max()) >= self.options.rare_voice_similarity:
+                continue
+            if voices and float((np.stack(voices) @ voice).max()) >= self.options.same_voice_similarity:
+                continue
+            voices.append(voice)
+        return _centred(np.stack(voices[:room]), centre) if voices else np.zeros((0, embeddings.shape[1]), np.float32)
 
 
 def _merge_alike(points: np.ndarray, labels: np.ndarray, threshold: float, lowest: int) -> np.ndarray:
@@ -229,7 +274,9 @@ def _centred(embeddings: np.ndarray, centre: np.ndarray) -> np.ndarray:
 def _normalised(samples: np.ndarray, target_peak: float) -> np.ndarray:
     """Scaled so that the loud parts (99.9th percentile of |sample|) sit at `target_peak`; the
     gain is bounded so that near-silence is not blown up into noise that looks like speech."""
-    level = float(np.percentile(np.abs(samples), 99.9)) if samples.size else 0.0
+    # A strided subset of at most ~1M samples measures the level of any length in bounded memory.
+    subset = samples[:: max(1, samples.size // 1_000_000)]
+    level = float(np.percentile(np.abs(subset), 99.9)) if samples.size else 0.0
     gain = min(target_peak / max(level, 1e-9), 100.0)
     return (samples * gain).astype(np.float32)
 
