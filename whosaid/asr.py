@@ -14,10 +14,18 @@ import numpy as np
 
 from whosaid.audio import Audio
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
-from whosaid.decoding import GreedyWhisperDecoder, is_repetitive, is_silence, needs_fallback, split_segments
+from whosaid.decoding import (
+    DecodingOptions,
+    GreedyWhisperDecoder,
+    is_repetitive,
+    is_silence,
+    needs_fallback,
+    split_segments,
+)
 from whosaid.errors import InvalidParametersError, ModelLoadError
-from whosaid.results import Chunk
+from whosaid.results import Chunk, Word
 from whosaid.vad import SpeechWindow, VoiceActivityDetector
+from whosaid.word_timing import SegmentTokens, WordTimer
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +37,8 @@ BATCHED = "batched"
 # sample (whisper-base, VAD window: greedy 2.2 s, WER 0.173, four segments; beams 6.8 s, WER
 # 0.21, one 23 s segment); the seed's plain 30 s cut gave 0.296 with beams, 0.53 greedy (loops).
 FALLBACK_NUM_BEAMS = 5
-Span = tuple[Optional[float], Optional[float], str]
+#: (start_s, end_s, text, words) of a piece of transcript; words empty unless they were timed.
+Span = tuple[Optional[float], Optional[float], str, tuple[Word, ...]]
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,7 @@ class SpeechRecognizer:
         self.assistant = assistant
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
         self.decoder = GreedyWhisperDecoder(model)
+        self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
         self.is_multilingual = bool(getattr(generation_config, "is_multilingual", False)) and bool(
             getattr(generation_config, "lang_to_id", None)
@@ -236,8 +246,18 @@ class SpeechRecognizer:
             return self.has_assistant and duration_s <= config.chunk_length_s
         return bool(config.assisted)
 
-    def transcribe(self, audio: Audio, config: InferenceConfig) -> AsrOutput:
-        language = self._resolve_language(config)
+    def decoding_options(self, config: InferenceConfig, *, word_timestamps: bool = False) -> DecodingOptions:
+        """The request's decoder options, checked against this model. `word_timestamps` asks
+        for words whatever the request says (speaker attribution by word needs them)."""
+        return DecodingOptions(
+            task=config.task,
+            language=self._resolve_language(config),
+            word_timestamps=word_timestamps or config.return_timestamps == "word",
+        )
+
+    def transcribe(self, audio: Audio, config: InferenceConfig, *, word_timestamps: bool = False) -> AsrOutput:
+        options = self.decoding_options(config, word_timestamps=word_timestamps)
+        language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
         windows = self.vad.windows(audio.samples, config.chunk_length_s)
         batch_size = 1 if assisted else config.effective_batch_size
@@ -245,7 +265,7 @@ class SpeechRecognizer:
         for first in range(0, len(windows), batch_size):
             batch = windows[first : first + batch_size]
             batch_spans, language = self._transcribe_windows(
-                audio, batch, language, config.task, assistant=self.assistant if assisted else None
+                audio, batch, language, options, assistant=self.assistant if assisted else None
             )
             spans += batch_spans
         return AsrOutput(
@@ -306,14 +326,17 @@ class SpeechRecognizer:
         audio: Audio,
         windows: Sequence[SpeechWindow],
         language: Optional[str],
-        task: str,
+        options: DecodingOptions,
         *,
         assistant: Any = None,
     ) -> tuple[list[Span], Optional[str]]:
         """Greedy tokens for each window (the lean batched loop, or speculative decoding with
-        `assistant`), beam search where Whisper's checks fail, silence dropped. Returns the spans
-        on the audio's time line and the language (detected on the first window when unknown)."""
+        `assistant`), beam search where Whisper's checks fail, silence dropped, words timed when
+        `options` asks. Returns the spans on the audio's time line and the language (detected
+        on the first window when unknown)."""
         import torch
+
+        task = options.task
 
         features = self._features([window.samples(audio.samples) for window in windows])
         with torch.inference_mode():
@@ -343,11 +366,28 @@ class SpeechRecognizer:
                     ),
                 ):
                     tokens[index] = beam_tokens
-        spans: list[Span] = []
-        for window, result, window_tokens in zip(windows, results, tokens):
-            if is_silence(result):
-                continue
-            spans += self._spans(window, window_tokens)
+            speech = [index for index, result in enumerate(results) if not is_silence(result)]
+            segments = {index: self._segments(windows[index], tokens[index]) for index in speech}
+            if options.word_timestamps and speech:
+                timed = self.word_timer.window_words(
+                    encoder_states[speech],
+                    [prompt] * len(speech),
+                    [segments[index] for index in speech],
+                    [windows[index].start_s for index in speech],
+                    [len(windows[index].samples(audio.samples)) for index in speech],
+                    [language] * len(speech),
+                )
+                spans = [
+                    (segment.start_s, segment.end_s, self._decode(segment.tokens), words)
+                    for window_segments in timed
+                    for segment, words in window_segments
+                ]
+                return spans, language
+        spans = [
+            (segment.start_s, segment.end_s, self._decode(segment.tokens), ())
+            for index in speech
+            for segment in segments[index]
+        ]
         return spans, language
 
     def _generate_tokens(
@@ -383,15 +423,24 @@ class SpeechRecognizer:
     def _is_repeating(self, tokens: list[int]) -> bool:
         return is_repetitive(self._text(tokens))
 
-    def _spans(self, window: SpeechWindow, tokens: Sequence[int]) -> list[Span]:
+    def _segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
         """A window's segments on the audio's time line. Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
-        spans: list[Span] = []
+        segments = []
         for start_s, end_s, text_tokens in split_segments(tokens, self.decoder.timestamp_begin):
             start = min(window.start_s + (start_s or 0.0), window.end_s)
             end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
-            spans.append((start, end, self.processor.tokenizer.decode(text_tokens, skip_special_tokens=True)))
-        return spans
+            segments.append(SegmentTokens(tuple(text_tokens), start, end))
+        return segments
+
+    def _decode(self, text_tokens: Sequence[int]) -> str:
+        return self.processor.tokenizer.decode(list(text_tokens), skip_special_tokens=True)
+
+    def _spans(self, window: SpeechWindow, tokens: Sequence[int]) -> list[Span]:
+        return [
+            (segment.start_s, segment.end_s, self._decode(segment.tokens), ())
+            for segment in self._segments(window, tokens)
+        ]
 
     def _transcribe_generate(
         self, audio: Audio, generate_kwargs: dict[str, Any], *, assistant: Any = None
@@ -413,21 +462,29 @@ class SpeechRecognizer:
         return clean_chunks(spans, audio.duration_s)
 
 
-def clean_chunks(
-    spans: list[tuple[Optional[float], Optional[float], str]], duration_s: float
-) -> tuple[Chunk, ...]:
+def clean_chunks(spans: Sequence[Sequence[Any]], duration_s: float) -> tuple[Chunk, ...]:
     """Whisper's timestamps, made safe for speaker alignment: a missing start follows the previous
     chunk, a missing final end is the end of the audio, times stay within the audio and never go
-    backwards. Text is kept as decoded, empty chunks dropped."""
+    backwards. Text is kept as decoded, empty chunks dropped. Spans are (start_s, end_s, text)
+    or (start_s, end_s, text, words); words are kept inside their chunk and in order."""
     chunks: list[Chunk] = []
     previous_end = 0.0
-    for start, end, text in spans:
+    previous_word_end = 0.0
+    for span in spans:
+        start, end, text = span[0], span[1], span[2]
+        words: Sequence[Word] = span[3] if len(span) > 3 else ()
         if not text.strip():
             continue
         start_s = previous_end if start is None else float(start)
         end_s = duration_s if end is None else float(end)
         start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0), duration_s)
         end_s = min(max(end_s, start_s), duration_s)
-        chunks.append(Chunk(start_s=start_s, end_s=end_s, text=text))
+        kept_words = []
+        for word in words:
+            word_start_s = min(max(word.start_s, start_s, previous_word_end), end_s)
+            word_end_s = min(max(word.end_s, word_start_s), end_s)
+            kept_words.append(Word(word.text, word_start_s, word_end_s, word.probability))
+            previous_word_end = word_end_s
+        chunks.append(Chunk(start_s=start_s, end_s=end_s, text=text, words=tuple(kept_words)))
         previous_end = end_s
     return tuple(chunks)

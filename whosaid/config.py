@@ -148,6 +148,11 @@ class InferenceConfig(BaseModel):
     language: Optional[str] = Field(
         default=None, description="spoken language (code such as 'en' or name); detected when absent"
     )
+    return_timestamps: Literal["segment", "word"] = Field(
+        default="segment",
+        description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
+        "also lists its words with their own start, end and probability",
+    )
     num_speakers: SpeakerCount = Field(default=None, ge=1, description="exact number of speakers")
     min_speakers: SpeakerCount = Field(default=None, ge=1, description="lower bound on speakers")
     max_speakers: SpeakerCount = Field(default=None, ge=1, description="upper bound on speakers")
@@ -159,6 +164,19 @@ class InferenceConfig(BaseModel):
             value = value.strip().lower()
             return value or None
         return value
+
+    @field_validator("return_timestamps", mode="before")
+    @classmethod
+    def _parse_return_timestamps(cls, value: Any) -> Any:
+        # The transformers ASR pipeline's convention: true (segments) or "word".
+        if value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "segment")):
+            return "segment"
+        if isinstance(value, str) and value.strip().lower() == "word":
+            return "word"
+        raise ValueError(
+            "return_timestamps must be true or 'segment' (chunks with their times; the default) or "
+            "'word' (chunks with their words' times too); chunks always carry timestamps"
+        )
 
     @field_validator("assisted", mode="before")
     @classmethod

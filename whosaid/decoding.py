@@ -35,6 +35,25 @@ REPETITION_CHECK_FROM = 64
 
 
 @dataclass(frozen=True)
+class DecodingOptions:
+    """What one request asks of the decoder, built once from its InferenceConfig (in the manner
+    of openai/whisper's DecodingOptions) and passed down to every window."""
+
+    task: str = "transcribe"
+    #: The spoken language, forced for every window; None: detected.
+    language: Optional[str] = None
+    #: Detect the language of every window rather than once, on the first window.
+    multilingual: bool = False
+    #: Text that conditions the first window, as the previous window's text would
+    #: (<|startofprev|> text <|startoftranscript|> ..., faster-whisper's `initial_prompt`).
+    initial_prompt: Optional[str] = None
+    #: Words to favour, placed the same way on every window (faster-whisper's `hotwords`).
+    hotwords: Optional[str] = None
+    #: Compute word timestamps for the decoded windows (one extra decoder pass per batch).
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
 class WindowTokens:
     """What greedy decoding produced for one window."""
 

@@ -92,7 +92,8 @@ class Engine:
                 warnings=tuple(warnings),
             )
         with _translate_failures("speech recognition"):
-            asr = self.recognizer.transcribe(audio, config)
+            # Speakers are attributed word by word, so a diarizer needs the words' times.
+            asr = self.recognizer.transcribe(audio, config, word_timestamps=self.diarizer is not None)
         speakers, turns = (), ()
         if self.diarizer is not None:
             with _translate_failures("speaker diarization"):
@@ -108,6 +109,7 @@ class Engine:
             diarized=self.diarizer is not None,
             decoding=asr.decoding,
             warnings=tuple(warnings),
+            word_timestamps=config.return_timestamps == "word",
         )
 
 
