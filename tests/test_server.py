@@ -172,6 +172,38 @@ def test_openai_verbose_json(openai_client: OpenAI, clip: bytes, reference) -> N
     VerboseTranscription.model_validate(result.model_dump())
 
 
+def test_openai_word_timestamps(openai_client: OpenAI, clip: bytes, reference) -> None:
+    result = openai_client.audio.transcriptions.create(
+        model="whisper-1",
+        file=("clip.wav", clip),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert isinstance(result, TranscriptionVerbose) and result.text == reference["text"]
+    assert result.words and "warnings" not in (result.model_extra or {})
+    assert " ".join(word.word for word in result.words).split() == result.text.split()
+    previous_end = 0.0
+    for word in result.words:
+        assert previous_end <= word.start <= word.end <= 4.0 and word.word == word.word.strip()
+        previous_end = word.end
+    # Segments hold their words: each word lies inside the segment whose text it belongs to.
+    assert all(any(s.start <= w.start and w.end <= s.end for s in result.segments) for w in result.words)
+    VerboseTranscription.model_validate(result.model_dump())
+
+
+def test_word_timestamps_on_the_inference_endpoints_route(server: str, clip: bytes, reference) -> None:
+    response = blog(server, b64(clip), {"return_timestamps": "word"})
+    assert response.status_code == 200, response.text
+    transcript = TranscriptResponse.model_validate(response.json())
+    assert transcript.text == reference["text"]
+    assert "".join(w.text for c in transcript.chunks for w in c.words) == "".join(c.text for c in transcript.chunks)
+    for chunk in transcript.chunks:
+        for word in chunk.words:
+            assert chunk.timestamp[0] <= word.timestamp[0] <= word.timestamp[1] <= chunk.timestamp[1]
+            assert 0 < word.probability <= 1
+    assert all("words" not in chunk for chunk in reference["chunks"])
+
+
 def test_openai_diarized_json(openai_client: OpenAI, clip: bytes, reference) -> None:
     result = openai_client.audio.transcriptions.create(
         model="gpt-4o-transcribe-diarize", file=("clip.wav", clip), response_format="diarized_json"
@@ -245,6 +277,7 @@ BAD_REQUESTS = {
     "min over max speakers": (lambda s, c: transcribe(s, c, min_speakers=3, max_speakers=2), 422, "invalid_parameters", "greater than"),
     "num and min speakers": (lambda s, c: raw(s, c, "num_speakers=2&min_speakers=1"), 422, "invalid_parameters", "not both"),
     "unknown language": (lambda s, c: transcribe(s, c, language="klingon"), 422, "invalid_parameters", "unknown language"),
+    "unknown return_timestamps": (lambda s, c: blog(s, b64(c), {"return_timestamps": "char"}), 422, "invalid_parameters", "'word'"),
     "wrong API key": (lambda s, c: raw(s, c, headers={"Authorization": "Bearer nope"}), 401, "invalid_api_key", "invalid API key"),
 }
 

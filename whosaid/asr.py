@@ -466,7 +466,8 @@ def clean_chunks(spans: Sequence[Sequence[Any]], duration_s: float) -> tuple[Chu
     """Whisper's timestamps, made safe for speaker alignment: a missing start follows the previous
     chunk, a missing final end is the end of the audio, times stay within the audio and never go
     backwards. Text is kept as decoded, empty chunks dropped. Spans are (start_s, end_s, text)
-    or (start_s, end_s, text, words); words are kept inside their chunk and in order."""
+    or (start_s, end_s, text, words); words are kept inside their chunk and in order, and a chunk
+    starts no earlier than the previous chunk's words end."""
     chunks: list[Chunk] = []
     previous_end = 0.0
     previous_word_end = 0.0
@@ -477,7 +478,9 @@ def clean_chunks(spans: Sequence[Sequence[Any]], duration_s: float) -> tuple[Chu
             continue
         start_s = previous_end if start is None else float(start)
         end_s = duration_s if end is None else float(end)
-        start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0), duration_s)
+        # Never before the previous chunk, nor before its words end (a piece of it may open a
+        # speaker segment at one of its words).
+        start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0, previous_word_end), duration_s)
         end_s = min(max(end_s, start_s), duration_s)
         kept_words = []
         for word in words:
