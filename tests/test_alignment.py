@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers
+from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers, speaker_of
 from whosaid.asr import clean_chunks
 from whosaid.results import Chunk, SpeakerTurn, Word
 
@@ -141,10 +141,11 @@ def test_speaker_change_inside_a_chunk_splits_it_at_the_word() -> None:
 
 
 def test_a_late_turn_boundary_does_not_cut_a_sentence() -> None:
-    # "four." overlaps B more than A, but only within TURN_EDGE_S of B's start: jitter.
+    # "four." overlaps B more than A, but only within TURN_EDGE_S of A's turn: maybe jitter.
     sentence = timed_chunk(word(0.0, 0.4, " I"), word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four."))
     answer = timed_chunk(word(2.0, 2.5, " Good."))
-    segments = assign_speakers([sentence, answer], [turn(0.0, 1.45, "A"), turn(1.45, 3.0, "B")])
+    segments = assign_speakers([sentence, answer], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")])
+    assert speaker_of(sentence.words[-1], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")]) == "B"
     assert summary(segments) == [("A", 0.0, 1.6, "I tested all four."), ("B", 2.0, 2.5, "Good.")]
 
 
@@ -152,6 +153,17 @@ def test_a_change_with_evidence_splits_an_unpunctuated_sentence() -> None:
     words = [word(0.0, 0.5, " yes"), word(0.5, 1.0, " yes"), word(1.2, 1.8, " I"), word(1.8, 2.4, " agree")]
     segments = assign_speakers([timed_chunk(*words)], [turn(0.0, 1.1, "A"), turn(1.1, 3.0, "B")])
     assert summary(segments) == [("A", 0.0, 1.0, "yes yes"), ("B", 1.2, 2.4, "I agree")]
+
+
+def test_a_short_turn_inside_a_sentence_keeps_its_word() -> None:
+    # "Great, did you check" as Whisper may write two speakers' lines: "Great," lies in A's short
+    # turn, away from B's turn, so it is A's even inside B's sentence.
+    words = [word(13.8, 14.1, " Great,"), word(14.4, 14.6, " did"), word(14.6, 14.8, " you"), word(14.8, 15.2, " check?")]
+    turns = [turn(13.8, 14.14, "A"), turn(14.39, 16.4, "B")]
+    assert summary(assign_speakers([timed_chunk(*words)], turns)) == [
+        ("A", 13.8, 14.1, "Great,"),
+        ("B", 14.4, 15.2, "did you check?"),
+    ]
 
 
 def test_chunks_with_and_without_words_mix() -> None:

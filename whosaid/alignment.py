@@ -3,8 +3,8 @@
 With word timestamps (computed whenever a diarizer runs), each word goes to the speaker who
 talks most during it (largest overlap with the diarizer's turns), so a speaker change inside a
 Whisper segment ("Right." / "Okay, got it.") splits the segment there. Diarizer boundaries are
-approximate, so a sentence is not split without reason: a run of words whose only evidence for
-another speaker lies within TURN_EDGE_S of a turn boundary stays with the rest of its sentence.
+approximate, so a sentence is not split without reason: a run of words that overlaps its
+speaker only within TURN_EDGE_S of another speaker's turn stays with the rest of its sentence.
 Chunks without words go whole to the speaker who talks most during them. Anything that overlaps
 no turn goes to the nearest turn in time. Consecutive pieces of one speaker form a segment. Every
 chunk (every word) lands in exactly one segment, in order, so no text is lost: not after the last
@@ -41,10 +41,10 @@ def speaker_of(span: Chunk | Word, turns: Sequence[SpeakerTurn]) -> str:
     return nearest.speaker
 
 
-def _overlaps(start_s: float, end_s: float, turns: Sequence[SpeakerTurn], shrink_s: float = 0.0) -> dict[str, float]:
+def _overlaps(start_s: float, end_s: float, turns: Sequence[SpeakerTurn]) -> dict[str, float]:
     overlap_s: dict[str, float] = {}
     for turn in turns:
-        overlap = min(end_s, turn.end_s - shrink_s) - max(start_s, turn.start_s + shrink_s)
+        overlap = min(end_s, turn.end_s) - max(start_s, turn.start_s)
         if overlap > 0:
             overlap_s[turn.speaker] = overlap_s.get(turn.speaker, 0.0) + overlap
     return overlap_s
@@ -102,8 +102,8 @@ def _smooth_sentence(
     words: Sequence[Word], speakers: list[str], start: int, end: int, turns: Sequence[SpeakerTurn]
 ) -> None:
     """Inside words[start:end], a run of words goes to its neighbour's speaker when none of its
-    words overlaps its own speaker beyond TURN_EDGE_S of a turn boundary (diarizer jitter, not
-    evidence); a run with such evidence keeps its speaker, splitting the sentence."""
+    words has evidence for its own speaker (see _is_evident); a run with evidence keeps its
+    speaker, splitting the sentence."""
     runs: list[list[int]] = []
     for index in range(start, end):
         if runs and speakers[runs[-1][0]] == speakers[index]:
@@ -112,20 +112,44 @@ def _smooth_sentence(
             runs.append([index])
     if len(runs) < 2:
         return
-    strong = [
-        any(_overlaps(words[i].start_s, words[i].end_s, turns, TURN_EDGE_S).get(speakers[i], 0.0) > 0 for i in run)
-        for run in runs
-    ]
-    if not any(strong):
+    evident = [any(_is_evident(words[index], speakers[index], turns) for index in run) for run in runs]
+    if not any(evident):
         return  # nothing to lean on: keep the overlaps' verdict
+    chosen = [other for other in range(len(runs)) if evident[other]]
     for position, run in enumerate(runs):
-        if strong[position]:
+        if evident[position]:
             continue
-        # The nearest strong run in the sentence, the previous one on a tie.
-        neighbours = [other for other in range(len(runs)) if strong[other]]
-        nearest = min(neighbours, key=lambda other: (abs(other - position), other > position))
+        # The nearest run with evidence, the previous one on a tie.
+        nearest = min(chosen, key=lambda other: (abs(other - position), other > position))
         for index in run:
             speakers[index] = speakers[runs[nearest][0]]
+
+
+def _is_evident(word: Word, speaker: str, turns: Sequence[SpeakerTurn]) -> bool:
+    """The word overlaps a turn of `speaker` somewhere farther than TURN_EDGE_S from every other
+    speaker's turn: there a boundary that is off by TURN_EDGE_S would still give it to `speaker`.
+    A word that only overlaps its speaker near another speaker's turn may be jitter."""
+    for turn in turns:
+        if turn.speaker != speaker:
+            continue
+        start_s, end_s = max(word.start_s, turn.start_s), min(word.end_s, turn.end_s)
+        if end_s <= start_s:
+            continue
+        others = sorted(
+            (max(other.start_s - TURN_EDGE_S, start_s), min(other.end_s + TURN_EDGE_S, end_s))
+            for other in turns
+            if other.speaker != speaker
+        )
+        position_s = start_s
+        for other_start_s, other_end_s in others:
+            if other_end_s <= other_start_s:
+                continue
+            if other_start_s > position_s:
+                return True  # a stretch no other speaker's turn comes near
+            position_s = max(position_s, other_end_s)
+        if position_s < end_s:
+            return True
+    return False
 
 
 def _split_chunk(chunk: Chunk, speakers: Sequence[str]) -> list[tuple[str, Chunk]]:
