@@ -200,7 +200,7 @@ def test_word_timestamps_on_the_inference_endpoints_route(server: str, clip: byt
     for chunk in transcript.chunks:
         for word in chunk.words:
             assert chunk.timestamp[0] <= word.timestamp[0] <= word.timestamp[1] <= chunk.timestamp[1]
-            assert 0 < word.probability <= 1
+            assert 0 <= word.probability <= 1  # a random-weight model is rarely sure
     assert all("words" not in chunk for chunk in reference["chunks"])
 
 
@@ -248,7 +248,10 @@ def test_openai_speaker_hints_and_unsupported_options(openai_client: OpenAI, cli
         response_format="diarized_json",
     )
     assert {segment.speaker for segment in result.segments} == {"SPEAKER_00"}
-    assert len(result.model_extra["warnings"]) == 3  # prompt, temperature, word timestamps
+    assert result.model_extra["warnings"] == [
+        "temperature was ignored: decoding here is deterministic",
+        "word timestamps come with response_format=verbose_json; they were not computed",
+    ]
 
 
 # --- bad requests ----------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from whosaid.errors import InvalidParametersError
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
 DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
+# A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
+MAX_PROMPT_CHARS = 2_000
 
 
 class ModelSettings(BaseSettings):
@@ -148,6 +150,23 @@ class InferenceConfig(BaseModel):
     language: Optional[str] = Field(
         default=None, description="spoken language (code such as 'en' or name); detected when absent"
     )
+    multilingual: bool = Field(
+        default=False,
+        description="detect the language of every speech window (each chunk then says its "
+        "language) instead of once, on the first window; a given language still forces one",
+    )
+    initial_prompt: Optional[str] = Field(
+        default=None,
+        max_length=MAX_PROMPT_CHARS,
+        description="text that conditions the first window, as if it had been said just before "
+        "(spellings, names, style); faster-whisper's initial_prompt, OpenAI's prompt",
+    )
+    hotwords: Optional[str] = Field(
+        default=None,
+        max_length=MAX_PROMPT_CHARS,
+        description="words or phrases to favour, given to every window as previous text "
+        "(faster-whisper's hotwords)",
+    )
     return_timestamps: Literal["segment", "word"] = Field(
         default="segment",
         description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
@@ -163,6 +182,13 @@ class InferenceConfig(BaseModel):
         if isinstance(value, str):
             value = value.strip().lower()
             return value or None
+        return value
+
+    @field_validator("initial_prompt", "hotwords", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
         return value
 
     @field_validator("return_timestamps", mode="before")

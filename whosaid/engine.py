@@ -110,6 +110,7 @@ class Engine:
             decoding=asr.decoding,
             warnings=tuple(warnings),
             word_timestamps=config.return_timestamps == "word",
+            multilingual=config.multilingual,
         )
 
 
