@@ -1,7 +1,9 @@
 """Whisper speech recognition: model loading, and transcription of the speech windows the VAD
 finds, decoded in batches (greedy, the lean loop of whosaid.decoding) or one at a time with
 speculative decoding (assisted). Both paths fall back to beam search where Whisper's own quality
-checks fail, so they give the same transcript; the assistant only changes how fast."""
+checks fail, so they give the same transcript; the assistant only changes how fast. Both read
+the request's DecodingOptions the same way: prompt and hotwords as previous text, the language
+once or per window, and word timestamps (whosaid.word_timing) for the windows decoded."""
 
 from __future__ import annotations
 
