@@ -183,15 +183,22 @@ class WordTimer:
             with torch.inference_mode():
                 hidden = decoder(input_ids=ids, encoder_hidden_states=states, use_cache=False).last_hidden_state
                 logits = self.model.proj_out(hidden)
-                # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames).
+                # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames),
+                # over the frames that hold audio (keys are per frame: cutting first is exact).
+                frames = max(self._frames(window_samples[row], states.shape[1]) for row in rows)
+                projected = {}
+                for layer in layers:
+                    attention = decoder.layers[layer].encoder_attn
+                    projected[layer] = (
+                        attention.q_proj(queries[layer]).float() * attention.scaling,
+                        attention.k_proj(states[:, :frames]).float(),
+                    )
                 scores = []
                 for layer, head in self.alignment_heads:
-                    attention = decoder.layers[layer].encoder_attn
-                    head_dim = attention.head_dim
+                    head_dim = decoder.layers[layer].encoder_attn.head_dim
                     columns = slice(head * head_dim, (head + 1) * head_dim)
-                    query = attention.q_proj(queries[layer])[..., columns]
-                    key = attention.k_proj(states)[..., columns]
-                    scores.append(query.float() @ key.float().transpose(-1, -2) * attention.scaling)
+                    query, key = projected[layer]
+                    scores.append(query[..., columns] @ key[..., columns].transpose(-1, -2))
                 attention_logits = torch.stack(scores, dim=1)
                 for position, row in enumerate(rows):
                     results[row] = self._dtw_row(
@@ -206,12 +213,17 @@ class WordTimer:
                 hook.remove()
         return results
 
+    @staticmethod
+    def _frames(samples: int, available: int) -> int:
+        """Encoder frames that hold the window's audio (openai/whisper: num_frames // 2)."""
+        return max(1, min(available, samples // HOP_LENGTH_SAMPLES // 2))
+
     def _dtw_row(
         self, attention_logits: Any, logits: Any, start_length: int, tokens: list[int], samples: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         import torch
 
-        frames = max(1, min(attention_logits.shape[-1], samples // HOP_LENGTH_SAMPLES // 2))
+        frames = self._frames(samples, attention_logits.shape[-1])
         token_count = len(tokens)
         # Rows: <|notimestamps|>, the text tokens, <|endoftext|> (prompt and padding cut off).
         weights = attention_logits[:, start_length : start_length + token_count + 2, :frames].softmax(dim=-1)
