@@ -252,9 +252,8 @@ class SpeechRecognizer:
             return self.has_assistant and duration_s <= config.chunk_length_s
         return bool(config.assisted)
 
-    def decoding_options(self, config: InferenceConfig, *, word_timestamps: bool = False) -> DecodingOptions:
-        """The request's decoder options, checked against this model. `word_timestamps` asks
-        for words whatever the request says (speaker attribution by word needs them)."""
+    def decoding_options(self, config: InferenceConfig) -> DecodingOptions:
+        """The request's decoder options, checked against this model."""
         language = self._resolve_language(config)
         return DecodingOptions(
             task=config.task,
@@ -263,11 +262,11 @@ class SpeechRecognizer:
             multilingual=config.multilingual and language is None and self.is_multilingual,
             initial_prompt=config.initial_prompt,
             hotwords=config.hotwords,
-            word_timestamps=word_timestamps or config.return_timestamps == "word",
+            word_timestamps=config.return_timestamps == "word",
         )
 
-    def transcribe(self, audio: Audio, config: InferenceConfig, *, word_timestamps: bool = False) -> AsrOutput:
-        options = self.decoding_options(config, word_timestamps=word_timestamps)
+    def transcribe(self, audio: Audio, config: InferenceConfig) -> AsrOutput:
+        options = self.decoding_options(config)
         language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
         windows = self._windows(audio, config.chunk_length_s, multilingual=options.multilingual)

@@ -92,8 +92,10 @@ class Engine:
                 warnings=tuple(warnings),
             )
         with _translate_failures("speech recognition"):
-            # Speakers are attributed word by word, so a diarizer needs the words' times.
-            asr = self.recognizer.transcribe(audio, config, word_timestamps=self.diarizer is not None)
+            # Speakers are attributed word by word, so a diarizer needs the words' times (the
+            # response lists them only when the request asked).
+            asr_config = config.model_copy(update={"return_timestamps": "word"}) if self.diarizer is not None else config
+            asr = self.recognizer.transcribe(audio, asr_config)
         speakers, turns = (), ()
         if self.diarizer is not None:
             with _translate_failures("speaker diarization"):
