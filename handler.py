@@ -8,16 +8,35 @@ variables (ASR_MODEL, ASSISTANT_MODEL, DIARIZATION_MODEL, HF_TOKEN); see config.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
+
+logger = logging.getLogger(__name__)
 
 
 class EndpointHandler:
     def __init__(self, path: str = "") -> None:
         # `path` is the repository the toolkit mounted; the models are named by ModelSettings.
+        # A ModelLoadError (DEVICE=cuda where torch cannot use the GPU, a missing model) is
+        # raised as is: the endpoint fails to start with its message instead of serving wrong.
         self.engine = Engine.from_settings()
+        runtime = self.engine.runtime
+        if runtime is not None:
+            # The toolkit configures the root logger at INFO, so this reaches the endpoint's logs.
+            logger.info(
+                "whosaid handler ready: device=%s dtype=%s attn_implementation=%s asr_model=%s",
+                runtime.device,
+                runtime.dtype,
+                runtime.attn_implementation,
+                runtime.asr_model,
+            )
+        # The platform has no queue in front of the handler: a runaway request must end on its own.
+        self.budget = TimeBudget()
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit
@@ -26,5 +45,7 @@ class EndpointHandler:
             raise InvalidInputError(
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
-        transcript = self.engine.run(data["inputs"], data.get("parameters"))
+        transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
+        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
+            release_memory()
         return transcript.to_dict()

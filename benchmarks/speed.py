@@ -252,7 +252,8 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             ),
         ),
         Implementation(
-            "diarization", "diarization", "this project's Diarizer.diarize (pyannote) on the in-memory waveform",
+            "diarization", "diarization",
+            "this project's Diarizer.diarize (the --diarization model: builtin or a pyannote pipeline) on the in-memory waveform",
             _load_diarization,
         ),
     )
@@ -467,6 +468,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             ),
         ]
     diarization_rows = [row for row in rows if IMPLEMENTATIONS[row["implementation"]].group == "diarization"]
+    asr_median_s = {row["clip"]: row.get("median_s") for row in rows if row["implementation"] == "whosaid"}
     if diarization_rows:
         lines += [
             "",
@@ -476,10 +478,11 @@ def render_markdown(result: dict[str, Any]) -> str:
             "±0.25 s around reference boundaries (pyannote.metrics collar=0.5, NIST md-eval's 0.25).",
             "",
             markdown_table(
-                ["clip", "median s", "RTF", "peak RSS MiB", "DER", "DER collar 0.25", "speakers", "load avg"],
+                ["clip", "median s", "RTF", "÷ whosaid ASR", "peak RSS MiB", "DER", "DER collar 0.25", "speakers", "load avg"],
                 [
                     [
                         clip_label.get(row["clip"], row["clip"]), fmt(row.get("median_s")), fmt(row.get("rtf"), 3),
+                        fmt(ratio(row.get("median_s"), asr_median_s.get(row["clip"]))),
                         fmt(row.get("peak_rss_mib"), 0), fmt(row.get("der"), 3), fmt(row.get("der_collar_0.25"), 3),
                         row.get("speakers_found"), fmt_load(row.get("load_average_before")),
                     ]
@@ -530,7 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated, from {', '.join(ASR_IMPLEMENTATIONS)} (default all)",
     )
     parser.add_argument("--assistant", help="assistant model: also time assisted / unassisted / auto on clips <= 30 s")
-    parser.add_argument("--diarization", help="pyannote pipeline (Hub id or directory): also time diarization and DER")
+    parser.add_argument(
+        "--diarization",
+        help="'builtin' (the built-in diarizer) or a pyannote pipeline (Hub id or directory): also time diarization and DER",
+    )
     parser.add_argument("--threads", type=int, default=usable_cpus(), help="CPU threads for every implementation (default: usable CPUs, %(default)s)")
     add_omp_wait_policy_argument(parser, "every implementation")
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 3 s clip, whisper-tiny.en, 1 run, no warm-up")

@@ -22,7 +22,7 @@ arguments.add_argument("--tokenizer-dir", default="models/whisper-base")
 arguments.add_argument("--audio", required=True, help="a 30 s speech file, e.g. pyannote's sample.wav")
 arguments.add_argument("--models-dir", default="/tmp/gpu-check-models")
 options = arguments.parse_args()
-print("torch", torch.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name(0), flush=True)
+print("torch", torch.__version__, "CUDA build", torch.version.cuda, "transformers", transformers.__version__, torch.cuda.get_device_name(0), flush=True)
 TOK = options.tokenizer_dir
 proc = WhisperProcessor.from_pretrained(TOK); gen = GenerationConfig.from_pretrained(TOK); base = WhisperConfig.from_pretrained(TOK)
 root = options.models_dir
@@ -56,6 +56,9 @@ def timed(fn, repeats=5):
 for kind, assistant in (("distil", distil), ("seq2seq", s2s)):
     engine = Engine.from_settings(ModelSettings(asr_model=main, assistant_model=assistant))
     r = engine.recognizer
+    # no silent fall-back: DEVICE=auto must have put the model on the GPU, in float16
+    assert engine.runtime.device.startswith("cuda") and engine.runtime.dtype == "float16", engine.runtime
+    print(kind, "runtime", engine.runtime.as_labels(), flush=True)
     print(kind, "device", r.model.device, r.model.dtype, r.model.config._attn_implementation, type(r.assistant).__name__, flush=True)
     same = 0; total = 0
     for start in (0, 7, 14, 21):

@@ -117,6 +117,64 @@ def test_bad_input_is_a_typed_error(clip, make_inputs, message) -> None:
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize("kind", ["wav", "flac", "mp3", "ogg", "m4a", "webm"])
+@pytest.mark.parametrize("kept", [0.25, 0.5, 0.9])
+def test_every_container_cut_short_is_refused(clip, kind, kept) -> None:
+    # Ogg/Opus and WebM cuts used to decode to the first part of the audio: a 200 with half the text.
+    data = encode(clip, 16000, kind)
+    with pytest.raises(InvalidAudioError, match="truncated"):
+        load_audio(data[: int(len(data) * kept)])
+
+
+def with_wav_format(data: bytes, **fields: int) -> bytes:
+    """The WAV with fields of its format chunk overwritten."""
+    offsets = {"channels": 2, "rate": 4, "byte_rate": 8, "block_align": 12, "bits": 14}
+    widths = {"channels": 2, "rate": 4, "byte_rate": 4, "block_align": 2, "bits": 2}
+    edited = bytearray(data)
+    fmt = edited.index(b"fmt ") + 8
+    for name, value in fields.items():
+        edited[fmt + offsets[name] : fmt + offsets[name] + widths[name]] = value.to_bytes(widths[name], "little")
+    return bytes(edited)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"bits": 7},  # was decoded as 8-bit noise twice as long: an empty 200
+        {"bits": 8},
+        {"bits": 24},
+        {"bits": 0},
+        {"block_align": 4},
+        {"byte_rate": 16000},
+        {"channels": 0},
+        {"rate": 0},
+    ],
+)
+def test_a_wav_header_whose_fields_disagree_is_refused(clip, fields) -> None:
+    with pytest.raises(InvalidAudioError, match="the WAV file is corrupt"):
+        load_audio(with_wav_format(encode(clip, 16000, "wav"), **fields))
+
+
+def test_consistent_wav_headers_still_decode(clip) -> None:
+    data = encode(clip, 16000, "wav")
+    # 12 significant bits in 16-bit samples is a legal PCM header.
+    np.testing.assert_array_equal(load_audio(with_wav_format(data, bits=12)).samples, load_audio(data).samples)
+
+
+def test_an_ogg_file_cut_at_a_page_boundary_is_refused(clip) -> None:
+    data = encode(clip, 16000, "ogg")
+    last_page = data.rindex(b"OggS")
+    assert load_audio(data).duration_s == pytest.approx(CLIP_S, abs=0.02)
+    with pytest.raises(InvalidAudioError, match="the Ogg file is truncated: it ends before its end-of-stream page"):
+        load_audio(data[:last_page])
+
+
+def test_a_webm_file_cut_short_says_how_much_is_missing(clip) -> None:
+    data = encode(clip, 48000, "webm")
+    with pytest.raises(InvalidAudioError, match=r"the WebM/Matroska file is truncated: its header declares \d+ bytes"):
+        load_audio(data[: len(data) - 1000])
+
+
 def test_silence_is_detected(clip) -> None:
     assert audio_from_array(np.zeros(16000), 16000).is_silent()
     faint_hiss = np.random.default_rng(0).normal(0, 1e-4, 32000)

@@ -43,6 +43,8 @@ def test_query_string_values_are_parsed() -> None:
         ({"batch_size": [1]}, "parameter 'batch_size': Input should be a valid integer"),
         ({"task": "summarise"}, "parameter 'task': Input should be 'transcribe' or 'translate'"),
         ({"chunk_length_s": 45}, "parameter 'chunk_length_s': Input should be less than or equal to 30"),
+        ({"chunk_length_s": 0.001}, "parameter 'chunk_length_s': Input should be greater than or equal to 5"),
+        ({"max_speakers": 10**6}, "parameter 'max_speakers': Input should be less than or equal to 100"),
         ({"assisted": "maybe"}, "assisted must be true, false or 'auto'"),
         ({"assisted": 3}, "assisted must be true, false or 'auto'"),
         ({"num_speakers": 0}, "parameter 'num_speakers': Input should be greater than or equal to 1"),

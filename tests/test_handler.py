@@ -12,7 +12,13 @@ import pytest
 
 from tests.support.audio_files import encode, resample
 from whosaid.config import get_model_settings
-from whosaid.errors import InvalidAudioError, InvalidInputError, InvalidParametersError, ModelLoadError
+from whosaid.errors import (
+    InvalidAudioError,
+    InvalidInputError,
+    InvalidParametersError,
+    ModelLoadError,
+    TimeBudgetExceededError,
+)
 
 
 def make_handler(monkeypatch: pytest.MonkeyPatch, asr: Path, diarization: Path | None = None, assistant: Path | None = None):
@@ -126,6 +132,9 @@ def test_unknown_parameters_are_listed_as_warnings(handler, sample_audio) -> Non
         ({"audio": "abc"}, InvalidInputError, 'the request body must be {"inputs"'),
         ({"inputs": "UklGRg==", "parameters": {"batch_size": "many"}}, InvalidParametersError, "'batch_size'"),
         ({"inputs": "UklGRg==", "parameters": {"num_speakers": 0}}, InvalidParametersError, "'num_speakers'"),
+        ({"inputs": "UklGRg==", "parameters": {"num_speakers": 10**9}}, InvalidParametersError, "less than or equal to 100"),
+        # 0.001 s windows once turned an 8 s file into 8016 windows, about 2 hours of decoding.
+        ({"inputs": "UklGRg==", "parameters": {"chunk_length_s": 0.001}}, InvalidParametersError, "'chunk_length_s': Input should be greater than or equal to 5"),
         ({"inputs": "UklGRg==", "parameters": {"min_speakers": 4, "max_speakers": 2}}, InvalidParametersError, "min_speakers (4) is greater than max_speakers (2)"),
         ({"inputs": "UklGRg==", "parameters": "fast"}, InvalidParametersError, "parameters must be a JSON object"),
         ({"inputs": "UklGRg==", "parameters": {"assisted": True, "batch_size": 1}}, InvalidParametersError, "needs an assistant model"),
@@ -136,6 +145,17 @@ def test_bad_requests_are_typed_errors_and_the_handler_keeps_serving(handler, sh
         handler(data)
     assert message in str(raised.value)
     assert handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})["duration"] == 2.0
+
+
+def test_a_request_over_its_time_budget_is_stopped_with_a_typed_error(monkeypatch, tiny, short_wav) -> None:
+    # The platform has no queue in front of the handler: the budget is all that ends a runaway job.
+    monkeypatch.setenv("JOB_TIME_BUDGET_BASE_S", "0.001")
+    monkeypatch.setenv("JOB_TIME_BUDGET_PER_AUDIO_S", "0")
+    handler = make_handler(monkeypatch, tiny)
+    with pytest.raises(TimeBudgetExceededError, match="ran out of its time budget of 0 s for 2.0 s of audio"):
+        handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})
+    monkeypatch.setenv("JOB_TIME_BUDGET_BASE_S", "600")
+    assert make_handler(monkeypatch, tiny)({"inputs": b64(short_wav), "parameters": {"language": "en"}})["chunks"]
 
 
 def test_truncated_wav_is_refused(handler, sample_bytes) -> None:

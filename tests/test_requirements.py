@@ -37,11 +37,77 @@ def pinned(path: Path) -> dict[str, str]:
 def test_endpoint_requirements_keep_the_toolkit_importable() -> None:
     requirements = pinned(REPO_ROOT / "requirements.txt")
     assert re.fullmatch(r"==4\.57\.\d+", requirements["transformers"]), requirements["transformers"]
-    assert requirements["torch"] == requirements["torchaudio"] == "==2.11.0"
     for web_package in ("fastapi", "starlette", "uvicorn"):
         assert web_package not in requirements
     # what the toolkit imports at start-up, gone in transformers 5
     from transformers.file_utils import is_tf_available  # noqa: F401
+
+
+# torch version -> the CUDA its PyPI wheels (Linux x86_64) are built for, read from the wheels'
+# metadata: 2.8.0 to 2.10.0 require nvidia-*-cu12 12.8.x, 2.11.0 requires cuda-toolkit 13.0.2 and
+# nvidia-*-cu13 (a driver of the 580 series or newer). Add a row, checked the same way, before
+# moving the pin.
+TORCH_CUDA_BUILDS = {"2.8.0": "12.8", "2.9.1": "12.8", "2.10.0": "12.8", "2.11.0": "13.0"}
+
+
+# torch version -> its torchvision (Requires-Dist torch==...). The toolkit's image ships a
+# torchvision built for its own torch, which breaks transformers' imports once torch moves.
+TORCHVISION_FOR_TORCH = {"2.8.0": "0.23.0", "2.9.1": "0.24.1", "2.10.0": "0.25.0", "2.11.0": "0.26.0"}
+
+
+def pinned_version(requirements: dict[str, str], name: str) -> str:
+    specifier = requirements[name]
+    assert specifier.startswith("=="), f"{name} must be pinned exactly, not {specifier!r}"
+    return specifier[2:]
+
+
+def test_endpoint_pins_the_newest_torch_pair_built_for_cuda_12() -> None:
+    """The rule the README states: the newest torch/torchaudio pair whose PyPI wheels target
+    CUDA 12.x (which any driver that runs CUDA 12 images can load) and that pyannote.audio 4
+    accepts."""
+    from packaging.version import Version
+
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    torch_version = pinned_version(requirements, "torch")
+    assert pinned_version(requirements, "torchaudio") == torch_version
+    assert TORCH_CUDA_BUILDS[torch_version].startswith("12.")
+    cuda_12_versions = [version for version, cuda in TORCH_CUDA_BUILDS.items() if cuda.startswith("12.")]
+    assert torch_version == max(cuda_12_versions, key=Version)
+    assert pinned_version(requirements, "pyannote-audio").startswith("4.")
+
+
+def test_torchvision_is_pinned_to_the_torch_pin() -> None:
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    assert pinned_version(requirements, "torchvision") == TORCHVISION_FOR_TORCH[pinned_version(requirements, "torch")]
+
+
+def test_pyannote_accepts_the_pinned_torch_pair() -> None:
+    from packaging.requirements import Requirement
+
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    pyannote_requires = {
+        canonical(requirement.name): requirement.specifier
+        for requirement in map(Requirement, importlib.metadata.requires("pyannote.audio") or [])
+    }
+    for name in ("torch", "torchaudio"):
+        version = pinned_version(requirements, name)
+        assert pyannote_requires[name].contains(version), (name, version, pyannote_requires[name])
+
+
+def test_the_installed_torch_is_the_pinned_cuda_12_build() -> None:
+    """Local and CI environments install requirements.txt, so the tests run on what ships."""
+    import torch
+    from packaging.requirements import Requirement
+
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    torch_version = pinned_version(requirements, "torch")
+    assert importlib.metadata.version("torch") == torch_version
+    assert importlib.metadata.version("torchaudio") == pinned_version(requirements, "torchaudio")
+    assert torch.version.cuda == TORCH_CUDA_BUILDS[torch_version]
+    torch_requires = [canonical(Requirement(text).name) for text in importlib.metadata.requires("torch") or []]
+    cuda_dependencies = [name for name in torch_requires if name.startswith(("nvidia-", "cuda-"))]
+    assert "nvidia-cuda-runtime-cu12" in cuda_dependencies and "nvidia-cudnn-cu12" in cuda_dependencies
+    assert [name for name in cuda_dependencies if name.endswith("-cu13") or name == "cuda-toolkit"] == []
 
 
 def third_party_imports(path: Path) -> set[str]:

@@ -19,6 +19,7 @@ from openai.types.audio import Transcription, TranscriptionDiarized, Transcripti
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process
+from whosaid.audio import load_audio
 from whosaid.formats import DiarizedTranscription, JsonTranscription, VerboseTranscription
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.schemas import TranscriptResponse
@@ -269,6 +270,9 @@ BAD_REQUESTS = {
     "empty inputs": (lambda s, c: blog(s, ""), 400, "invalid_audio", "empty input"),
     "truncated file": (lambda s, c: raw(s, truncated(c)), 400, "invalid_audio", "truncated"),
     "truncated multipart": (lambda s, c: transcribe(s, truncated(c)), 400, "invalid_audio", "truncated"),
+    # Used to be a 200 with the first half of the transcript.
+    "truncated ogg/opus": (lambda s, c: raw(s, truncated(encode(load_audio(c).samples, 16_000, "ogg"))), 400, "invalid_audio", "truncated"),
+    "truncated webm": (lambda s, c: transcribe(s, truncated(encode(load_audio(c).samples, 48_000, "webm"))), 400, "invalid_audio", "truncated"),
     "oversize upload": (lambda s, c: raw(s, c * 10), 413, "payload_too_large", "MAX_UPLOAD_MB"),
     "oversize multipart": (lambda s, c: transcribe(s, c * 10), 413, "payload_too_large", "MAX_UPLOAD_MB"),
     "batch_size of the wrong type": (lambda s, c: blog(s, b64(c), {"batch_size": "many"}), 422, "invalid_parameters", "'batch_size'"),
@@ -279,6 +283,8 @@ BAD_REQUESTS = {
     "zero speakers": (lambda s, c: blog(s, b64(c), {"num_speakers": 0}), 422, "invalid_parameters", "'num_speakers'"),
     "min over max speakers": (lambda s, c: transcribe(s, c, min_speakers=3, max_speakers=2), 422, "invalid_parameters", "greater than"),
     "num and min speakers": (lambda s, c: raw(s, c, "num_speakers=2&min_speakers=1"), 422, "invalid_parameters", "not both"),
+    # One such request once held the only job slot for ~2 h (8016 windows on an 8 s file).
+    "windows of a millisecond": (lambda s, c: raw(s, c, "chunk_length_s=0.001"), 422, "invalid_parameters", "'chunk_length_s'"),
     "unknown language": (lambda s, c: transcribe(s, c, language="klingon"), 422, "invalid_parameters", "unknown language"),
     "unknown return_timestamps": (lambda s, c: blog(s, b64(c), {"return_timestamps": "char"}), 422, "invalid_parameters", "'word'"),
     "wrong API key": (lambda s, c: raw(s, c, headers={"Authorization": "Bearer nope"}), 401, "invalid_api_key", "invalid API key"),
@@ -318,7 +324,7 @@ def test_silence_is_200_with_empty_text(server: str, openai_client: OpenAI) -> N
 
 
 def test_openapi_documents_the_routes_and_the_real_response_models(server: str, reference) -> None:
-    schema = requests.get(f"{server}/openapi.json", timeout=10).json()
+    schema = requests.get(f"{server}/openapi.json", headers=AUTH, timeout=10).json()
     assert {"/", "/v1/audio/transcriptions", "/v1/audio/translations", "/health", "/ready", "/metrics"} <= set(schema["paths"])
     components = schema["components"]["schemas"]
     transcript = components["TranscriptResponse"]["properties"]

@@ -49,10 +49,17 @@ class StubRecognizer:
         self.gate.set()
         self.failure = None
         self.calls = 0
+        self.hold_s = 0.0  # how long each job takes once the gate is open
 
-    def transcribe(self, audio, config) -> AsrOutput:
+    def transcribe(self, audio, config, *, should_stop=None) -> AsrOutput:
         self.calls += 1
-        assert self.gate.wait(timeout=30), "the test never opened the gate"
+        give_up = time.monotonic() + 30
+        while not self.gate.wait(timeout=0.05):
+            # As the real recognizer does between window batches.
+            if should_stop is not None:
+                should_stop.check()
+            assert time.monotonic() < give_up, "the test never opened the gate"
+        time.sleep(self.hold_s)
         if self.failure is not None:
             raise self.failure
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
@@ -186,7 +193,7 @@ def test_inference_failures_are_ours_and_the_server_keeps_serving(server, stub, 
 
 def test_an_unexpected_exception_is_a_500_without_internals(stub) -> None:
     class BrokenEngine(Engine):
-        def transcribe(self, audio, config, *, warnings=()):
+        def transcribe(self, audio, config, **options):
             raise KeyError("secret internal state")
 
     with threaded_server(create_app(lambda: BrokenEngine(stub), settings())) as url:
@@ -212,6 +219,51 @@ def test_a_full_queue_answers_429_while_health_and_metrics_stay_fast(server, stu
         stub.gate.set()
         assert [future.result().status_code for future in accepted] == [200, 200, 200]
     assert metric(server, "whosaid_queue_depth") == 0 and metric(server, "whosaid_jobs_running") == 0
+
+
+def test_retry_after_covers_the_wait_of_the_work_already_admitted(stub) -> None:
+    """A refused client told to retry after Retry-After seconds finds the work ahead of it done.
+    The estimate used to be a running average that a few fast jobs dragged down: it said 9 s while
+    queued requests waited 16.4 s."""
+    with threaded_server(create_app(lambda: Engine(stub), settings())) as url:
+        stub.hold_s = 1.0
+        assert post_audio(url).status_code == 200  # one slow job measured
+        stub.hold_s = 0.0
+        for _ in range(4):
+            assert post_audio(url).status_code == 200  # then fast ones
+        stub.hold_s = 1.0
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            admitted = [pool.submit(post_audio, url) for _ in range(3)]  # 1 running + 2 waiting
+            wait_until(lambda: metric(url, "whosaid_queue_depth") == 2, 10, "two waiting requests")
+            refused = post_audio(url)
+            refused_at = time.monotonic()
+            assert refused.status_code == 429
+            assert [future.result().status_code for future in admitted] == [200, 200, 200]
+            waited_s = time.monotonic() - refused_at
+        retry_after_s = int(refused.headers["Retry-After"])
+        assert waited_s <= retry_after_s <= waited_s + 2.5, (retry_after_s, waited_s)
+
+
+def test_too_short_audio_is_refused_alike_at_every_rate(server, stub) -> None:
+    # One sample used to be a 200 at 16 kHz and a 400 at 8 kHz (resampled to nothing).
+    for rate_hz in (8_000, 16_000, 44_100):
+        response = post_audio(server, encode(np.array([0.1], np.float32), rate_hz, "wav"))
+        assert response.status_code == 400, rate_hz
+        assert "too short to hold speech; send at least 0.1 s" in error_of(response)["message"]
+    assert stub.calls == 0
+
+
+def test_float_arrays_must_lie_in_the_unit_range(server, stub) -> None:
+    for samples, phrase in (
+        ([1e30] * 16_000, "float samples must lie in [-1, 1], but the array peaks at 1e+30"),
+        ([12_000.0] * 16_000, "scale 16-bit PCM by 1/32768"),
+    ):
+        body = {"inputs": {"array": samples, "sampling_rate": 16_000}}
+        response = requests.post(f"{server}/", json=body, headers=AUTH, timeout=10)
+        assert response.status_code == 400 and phrase in error_of(response)["message"]
+    assert stub.calls == 0
+    body = {"inputs": {"array": [0.5, -1.0] * 8_000, "sampling_rate": 16_000}}
+    assert requests.post(f"{server}/", json=body, headers=AUTH, timeout=10).status_code == 200
 
 
 def send_and_abandon(url: str, body: bytes) -> socket.socket:
@@ -241,15 +293,34 @@ def test_disconnected_clients_never_leak_a_slot(server, stub) -> None:
         assert running.result().status_code == 200 and queued.result().status_code == 200
     assert stub.calls == 2
 
-    # A client that gives up while its job runs: the job finishes, then the slot is free again.
+    # A client that gives up while its job runs: the job stops at its next window batch and the
+    # slot is free again at once, although the work (the gate) never finishes.
     stub.gate.clear()
     abandoned = send_and_abandon(server, tone_wav())
     wait_until(lambda: metric(server, "whosaid_jobs_running") == 1, 10, "the job to start")
     abandoned.close()
-    stub.gate.set()
     wait_until(lambda: metric(server, "whosaid_jobs_running") == 0, 10, "the slot to be released")
     assert metric(server, "whosaid_queue_depth") == 0
+    assert 'status="499"' in requests.get(f"{server}/metrics", headers=AUTH, timeout=5).text
+    stub.gate.set()
     assert post_audio(server).status_code == 200
+
+
+def test_a_job_over_its_time_budget_is_stopped_with_504_and_frees_its_slot(stub) -> None:
+    app = create_app(lambda: Engine(stub), settings(job_time_budget_base_s=0.5, job_time_budget_per_audio_s=0.5))
+    with threaded_server(app) as url:
+        stub.gate.clear()  # a job that would never end
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(post_audio, url)
+            wait_until(lambda: metric(url, "whosaid_jobs_running") == 1, 10, "the job to start")
+            response = running.result(timeout=10)
+        assert response.status_code == 504
+        detail = error_of(response)
+        assert detail["code"] == "time_budget_exceeded" and detail["type"] == "server_error"
+        assert "ran out of its time budget of 1 s for 1.0 s of audio" in detail["message"]
+        assert metric(url, "whosaid_jobs_running") == 0
+        stub.gate.set()
+        assert post_audio(url).json()["text"] == "hello there"
 
 
 # --- authentication, limits, CORS ------------------------------------------------------------
@@ -267,6 +338,17 @@ def test_api_key_guards_everything_but_health_and_ready(server) -> None:
         files = {"file": ("a.wav", tone_wav())}
         response = requests.post(f"{server}/v1/audio/transcriptions", files=files, headers=headers, timeout=10)
         assert response.status_code == 401
+        # The key is checked before the body is read: a keyless form is never parsed (it was,
+        # and a thousand fields answered 400 instead of 401).
+        fields = [(f"field{index}", "x") for index in range(1001)]
+        response = requests.post(f"{server}/v1/audio/transcriptions", data=fields, headers=headers, timeout=10)
+        assert response.status_code == 401 and error_of(response)["code"] == "invalid_api_key"
+        # The API description is behind the key too.
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            response = requests.get(f"{server}{path}", headers=headers, timeout=10)
+            assert response.status_code == 401 and error_of(response)["code"] == "invalid_api_key"
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert requests.get(f"{server}{path}", headers=AUTH, timeout=10).status_code == 200
     assert post_audio(server).status_code == 200
 
 
@@ -324,6 +406,25 @@ def test_http_errors_share_the_error_shape(server, method, path, kwargs, status,
     assert error_of(response)["code"] == code
 
 
+@pytest.mark.parametrize(
+    "body, phrase",
+    [
+        (b"[" * 100_000, "more than 32 levels deep"),  # made json.loads raise RecursionError: a 500
+        (b'{"inputs": ' + b"[" * 5000 + b"0" + b"]" * 5000 + b"}", "more than 32 levels deep"),
+        (b'{"inputs": [' + b'"a",' * 20_000 + b'"a"]}', "more than 10000 strings, arrays and objects"),
+        (b'{"inputs": "' + b'\\"' * 20_000 + b'"}', "more than 10000 strings, arrays and objects"),
+        (b'{"inputs": "abc', "the body is not valid JSON: Unterminated string"),
+    ],
+)
+def test_hostile_json_is_refused_with_400_before_parsing(server, stub, body, phrase) -> None:
+    response = requests.post(f"{server}/", data=body, headers={**AUTH, "Content-Type": "application/json"}, timeout=10)
+    assert response.status_code == 400, response.text
+    detail = error_of(response)
+    assert detail["code"] == "invalid_json" and phrase in detail["message"]
+    assert stub.calls == 0
+    assert post_audio(server).status_code == 200
+
+
 def test_validation_errors_name_the_field(server) -> None:
     files = {"file": ("a.wav", tone_wav())}
     response = requests.post(
@@ -340,7 +441,7 @@ def test_metrics_count_routes_statuses_audio_and_decoding(server) -> None:
     assert post_audio(server).status_code == 200
     assert requests.post(f"{server}/", data=b"\x00\x01garbage", headers=AUTH, timeout=10).status_code == 400
     assert post_audio(server, tone_wav(10)).status_code == 413  # refused before routing
-    assert requests.get(f"{server}/nowhere", timeout=5).status_code == 404
+    assert requests.get(f"{server}/nowhere", headers=AUTH, timeout=5).status_code == 404
     text = requests.get(f"{server}/metrics", headers=AUTH, timeout=5).text
     assert 'whosaid_http_requests_total{method="POST",route="/",status="200"}' in text
     assert 'whosaid_http_requests_total{method="POST",route="/",status="400"}' in text

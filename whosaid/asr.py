@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from whosaid.audio import Audio
+from whosaid.cancellation import StopSignal
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
 from whosaid.decoding import (
     DecodingOptions,
@@ -86,7 +87,7 @@ def quantize_int8(model: Any) -> None:
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
-        # torch.ao.quantization announces its move to torchao; torch is pinned (2.11), where it
+        # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
         # still works, and torchao's int8 path would be one more dependency.
         warnings.simplefilter("ignore", DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -121,7 +122,7 @@ def _packed_linear_class() -> type:
 
     with warnings.catch_warnings():
         # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.11), and compiling costs ~30 s for no gain here.
+        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.utils.mkldnn import MkldnnLinear
 
@@ -222,6 +223,9 @@ class SpeechRecognizer:
         from transformers import AutoProcessor, WhisperForConditionalGeneration
 
         name = settings.asr_model
+        # First, outside the loading try below: DEVICE=cuda on a machine where torch cannot use
+        # the GPU refuses to start with the versions and the fix, not as "cannot load the model".
+        device = settings.resolved_device()
         _check_quantization(settings)
         try:
             processor = AutoProcessor.from_pretrained(name, token=settings.token())
@@ -231,7 +235,7 @@ class SpeechRecognizer:
                 f"cannot load the ASR model {name!r}: {error}. ASR_MODEL must name a Whisper "
                 "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
             ) from error
-        model = model.to(settings.resolved_device()).eval()
+        model = model.to(device).eval()
         if settings.quantization == "int8":
             quantize_int8(model)
         elif model.device.type == "cpu" and model.dtype == torch.float32:
@@ -265,7 +269,11 @@ class SpeechRecognizer:
             word_timestamps=config.return_timestamps == "word",
         )
 
-    def transcribe(self, audio: Audio, config: InferenceConfig) -> AsrOutput:
+    def transcribe(
+        self, audio: Audio, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> AsrOutput:
+        """`should_stop` is checked before each window batch: a job stopped there (time budget
+        spent, client gone, shutdown) raises its JobStoppedError and frees the models."""
         options = self.decoding_options(config)
         language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
@@ -277,6 +285,8 @@ class SpeechRecognizer:
             batches = [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
         spans: list[Span] = []
         for number, batch in enumerate(batches):
+            if should_stop is not None:
+                should_stop.check()
             previous = self._previous_tokens(options, first_window=number == 0)
             batch_spans, language = self._transcribe_windows(
                 audio, batch, language, options, previous, assistant=self.assistant if assisted else None

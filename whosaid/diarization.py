@@ -1,4 +1,6 @@
-"""Speaker diarization with pyannote.audio, on the in-memory waveform (never a file path)."""
+"""Speaker diarization: the `Diarizer` interface, chosen by DIARIZATION_MODEL, and its pyannote.audio
+implementation, which runs on the in-memory waveform (never a file path). The built-in diarizer
+(DIARIZATION_MODEL=builtin) lives in whosaid.builtin_diarizer."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from whosaid.results import SpeakerTurn
 logger = logging.getLogger(__name__)
 
 RECOMMENDED_MODEL = "pyannote/speaker-diarization-community-1"
+#: DIARIZATION_MODEL value of the built-in diarizer (no token, no hub).
+BUILTIN_MODEL = "builtin"
 
 
 def _disable_telemetry() -> None:
@@ -22,13 +26,33 @@ def _disable_telemetry() -> None:
 
 
 class Diarizer:
-    """A loaded pyannote pipeline. `diarize` returns speaker turns that never overlap."""
+    """Who spoke when. `diarize` returns speaker turns, in order, that never overlap, clipped to
+    the audio; it raises InvalidParametersError when the speaker hints ask for more speakers
+    than the speech allows."""
+
+    @classmethod
+    def from_settings(cls, settings: ModelSettings) -> "Diarizer":
+        """DIARIZATION_MODEL=builtin: the built-in diarizer; anything else names a pyannote pipeline."""
+        name = settings.diarization_model
+        assert name, "from_settings needs DIARIZATION_MODEL"
+        if name.strip().lower() == BUILTIN_MODEL:
+            from whosaid.builtin_diarizer import BuiltinDiarizer
+
+            return BuiltinDiarizer.load(settings.resolved_device())
+        return PyannoteDiarizer.from_settings(settings)
+
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+        raise NotImplementedError
+
+
+class PyannoteDiarizer(Diarizer):
+    """A loaded pyannote pipeline."""
 
     def __init__(self, pipeline: Any) -> None:
         self.pipeline = pipeline
 
     @classmethod
-    def from_settings(cls, settings: ModelSettings) -> "Diarizer":
+    def from_settings(cls, settings: ModelSettings) -> "PyannoteDiarizer":
         _disable_telemetry()
         import torch
         from pyannote.audio import Pipeline
@@ -54,11 +78,7 @@ class Diarizer:
             )
         except ValueError as error:
             if "n_clusters" in str(error) and speaker_parameters:
-                raise InvalidParametersError(
-                    f"cannot split {audio.duration_s:.1f} s of audio into {_describe(speaker_parameters)}: "
-                    "too few speech regions for that many speakers; ask for fewer speakers or "
-                    "send longer audio"
-                ) from error
+                raise too_many_speakers(audio.duration_s, speaker_parameters) from error
             raise InferenceError(f"speaker diarization failed: {error}") from error
         return turns_from_output(output, audio.duration_s)
 
@@ -77,6 +97,14 @@ def turns_from_output(output: Any, duration_s: float) -> tuple[SpeakerTurn, ...]
         if end_s > start_s:
             turns.append(SpeakerTurn(start_s=start_s, end_s=end_s, speaker=str(label)))
     return tuple(sorted(turns, key=lambda turn: (turn.start_s, turn.end_s)))
+
+
+def too_many_speakers(duration_s: float, speaker_parameters: dict[str, int]) -> InvalidParametersError:
+    return InvalidParametersError(
+        f"cannot split {duration_s:.1f} s of audio into {_describe(speaker_parameters)}: "
+        "too few speech regions for that many speakers; ask for fewer speakers or "
+        "send longer audio"
+    )
 
 
 def _describe(speaker_parameters: dict[str, int]) -> str:

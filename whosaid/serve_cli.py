@@ -24,11 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from whosaid.errors import ModelLoadError
     from whosaid.model_options import model_settings_from_args
     from whosaid.server import ServerSettings, create_app
+    from whosaid.server.shutdown import serve
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {name: value for name, value in (("host", args.host), ("port", args.port)) if value is not None}
@@ -42,5 +41,11 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(model_settings, server_settings)
     # One worker process: the models are loaded once per process, and the job limiter only
     # bounds the work of its own process.
-    uvicorn.run(app, host=server_settings.host, port=server_settings.port, log_level=args.log_level)
+    serve(
+        app,
+        host=server_settings.host,
+        port=server_settings.port,
+        log_level=args.log_level,
+        grace_s=server_settings.shutdown_grace_s,
+    )
     return 0

@@ -20,15 +20,22 @@ import numpy as np
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import ModelLoadError
 
-# Silero's probability above which a 32 ms frame is speech (its recommended default).
-SPEECH_THRESHOLD = 0.5
-# Speech shorter than this is a click or a breath, not words.
-MIN_SPEECH_MS = 250
-# A pause must last this long to end a speech region (faster-whisper's batched setting: short
-# enough to find a cut between sentences inside a 30 s window).
-MIN_SILENCE_MS = 160
-# Kept on each side of a speech region, so that soft word onsets and endings stay in the window.
-SPEECH_PAD_MS = 200
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """How speech regions are found. The defaults suit Whisper windows; the built-in diarizer
+    asks for tighter edges."""
+
+    # Silero's probability above which a 32 ms frame is speech (its recommended default).
+    threshold: float = 0.5
+    # Speech shorter than this is a click or a breath, not words.
+    min_speech_ms: int = 250
+    # A pause must last this long to end a speech region (faster-whisper's batched setting: short
+    # enough to find a cut between sentences inside a 30 s window).
+    min_silence_ms: int = 160
+    # Kept on each side of a speech region, so that soft word onsets and endings stay in the window.
+    speech_pad_ms: int = 200
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class VoiceActivityDetector:
         return cls(_load_silero_sequence_model())
 
     def speech_regions(
-        self, samples: np.ndarray, *, max_region_s: float = float("inf")
+        self, samples: np.ndarray, *, max_region_s: float = float("inf"), options: VadOptions = VadOptions()
     ) -> list[tuple[float, float]]:
         """(start_s, end_s) of each speech region, in order; a region longer than `max_region_s`
         (padding included) is split at its longest pause."""
@@ -73,11 +80,11 @@ class VoiceActivityDetector:
         regions = get_speech_timestamps_from_probs(
             probabilities.tolist(),
             sampling_rate=WHISPER_SAMPLE_RATE_HZ,
-            threshold=SPEECH_THRESHOLD,
-            min_speech_duration_ms=MIN_SPEECH_MS,
+            threshold=options.threshold,
+            min_speech_duration_ms=options.min_speech_ms,
             max_speech_duration_s=max_region_s,
-            min_silence_duration_ms=MIN_SILENCE_MS,
-            speech_pad_ms=SPEECH_PAD_MS,
+            min_silence_duration_ms=options.min_silence_ms,
+            speech_pad_ms=options.speech_pad_ms,
             audio_length_samples=samples.size,
         )
         return [

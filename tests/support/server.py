@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import requests
 
@@ -49,8 +49,20 @@ def answers(url: str, status: int = 200) -> bool:
 
 
 @contextlib.contextmanager
-def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True) -> Iterator[str]:
-    """`python -m whosaid serve` on a free loopback port; yields its base URL."""
+def server_process(
+    env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True, unset: Sequence[str] = ()
+) -> Iterator[str]:
+    """`python -m whosaid serve` on a free loopback port; yields its base URL. `unset` names
+    variables of this process's environment the server must not see."""
+    with server_subprocess(env, log_path, wait_ready=wait_ready, unset=unset) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def server_subprocess(
+    env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True, unset: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`server_process`, yielding the process too (to signal it)."""
     port = free_port()
     full_env = {
         **os.environ,
@@ -62,6 +74,8 @@ def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool =
         "PYTHONPATH": str(REPO_ROOT),
         **env,
     }
+    for name in unset:
+        full_env.pop(name, None)
     command = [sys.executable, "-m", "whosaid", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
@@ -73,7 +87,7 @@ def server_process(env: Mapping[str, str], log_path: Path, *, wait_ready: bool =
             return answers(f"{url}/ready" if wait_ready else f"{url}/health")
 
         wait_until(up, SERVER_START_TIMEOUT_S, "the server to start", interval_s=0.2)
-        yield url
+        yield url, process
     finally:
         process.terminate()
         try:

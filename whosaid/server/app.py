@@ -3,6 +3,7 @@ into the Engine; error mapping, limits, auth and metrics are installed here once
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Union
 
@@ -12,6 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from whosaid import __version__
 from whosaid.config import ModelSettings
 from whosaid.engine import Engine
+from whosaid.server.auth import ApiKeyMiddleware
 from whosaid.server.errors import install_error_handlers
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.limits import BodySizeLimitMiddleware
@@ -31,6 +33,9 @@ and pyannote speaker diarization.
 * `POST /v1/audio/transcriptions`, `/v1/audio/translations`: OpenAI's audio API.
 * `GET /health`, `/ready`, `/metrics`: operations.
 
+With API_KEY set, every route but /health and /ready (this description included) needs
+`Authorization: Bearer <API_KEY>`.
+
 Errors are `{"error": {"message", "type", "code", "param"}}`.
 """
 
@@ -47,23 +52,32 @@ def create_app(
     limiter = JobLimiter(settings.max_concurrent_jobs, settings.max_queue)
     metrics = Metrics()
     metrics.track(
-        waiting=lambda: limiter.waiting, running=lambda: limiter.running, ready=lambda: float(state.ready)
+        waiting=lambda: limiter.waiting,
+        running=lambda: limiter.running,
+        ready=lambda: float(state.ready),
+        model_info=lambda: _runtime_labels(state),
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        limiter.bind_loop(asyncio.get_running_loop())
         state.start_loading()
         yield
 
     app = FastAPI(title="whosaid", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.service = TranscriptionService(state, limiter, metrics, settings.max_audio_duration_s)
+    app.state.service = TranscriptionService(
+        state, limiter, metrics, settings.max_audio_duration_s, settings.time_budget
+    )
     install_error_handlers(app)
     for module in (inference, openai, ops):
         app.include_router(module.router)
     # Added innermost first: metrics see every response, CORS headers go on errors too.
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_upload_bytes)
+    # Outside the body limit: a keyless request is refused on its headers, before its body.
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -75,6 +89,11 @@ def create_app(
     app.add_middleware(MetricsMiddleware, metrics=metrics, route_paths=route_paths)
     _document_models(app, InferenceRequest)
     return app
+
+
+def _runtime_labels(state: EngineState) -> Optional[dict[str, str]]:
+    runtime = state.engine.runtime if state.engine is not None else None
+    return runtime.as_labels() if runtime is not None else None
 
 
 def _engine_factory(engine: Union[EngineFactory, ModelSettings, None]) -> EngineFactory:

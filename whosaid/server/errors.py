@@ -16,10 +16,14 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from whosaid.errors import (
+    ClientGoneError,
     InvalidInputError,
     InvalidParametersError,
+    JobStoppedError,
     ModelLoadError,
     OutOfMemoryError,
+    ShuttingDownError,
+    TimeBudgetExceededError,
     WhosaidError,
 )
 
@@ -27,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a client should wait before retrying after running out of device memory.
 OUT_OF_MEMORY_RETRY_AFTER_S = 10
+#: Seconds before retrying a job refused or stopped by a shutdown (a replacement should be up).
+SHUTDOWN_RETRY_AFTER_S = 5
 
 
 class ErrorDetail(BaseModel):
@@ -62,10 +68,6 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
-class ClientDisconnected(Exception):
-    """The client went away while its request waited for a job slot: its job is skipped."""
-
-
 #: nginx's status for "client closed request": nobody reads it, the access log and metrics do.
 CLIENT_CLOSED_REQUEST = 499
 
@@ -98,6 +100,12 @@ def core_error_status(error: WhosaidError) -> tuple[int, dict[str, str]]:
         return 422, {}
     if isinstance(error, InvalidInputError):  # InvalidAudioError among them
         return 400, {}
+    if isinstance(error, TimeBudgetExceededError):
+        return 504, {}
+    if isinstance(error, ClientGoneError):
+        return CLIENT_CLOSED_REQUEST, {}
+    if isinstance(error, ShuttingDownError):
+        return 503, {"Retry-After": str(SHUTDOWN_RETRY_AFTER_S)}
     if isinstance(error, OutOfMemoryError):
         return 503, {"Retry-After": str(OUT_OF_MEMORY_RETRY_AFTER_S)}
     if isinstance(error, ModelLoadError):
@@ -111,7 +119,6 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(ClientDisconnected, _client_disconnected)
     app.add_exception_handler(WhosaidError, _core_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -125,14 +132,13 @@ async def _api_error(request: Request, error: Exception) -> JSONResponse:
     )
 
 
-async def _client_disconnected(request: Request, error: Exception) -> JSONResponse:
-    return error_response(CLIENT_CLOSED_REQUEST, "client_closed_request", "the client closed the connection")
-
-
 async def _core_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, WhosaidError)
     status_code, headers = core_error_status(error)
-    if status_code >= 500:
+    if isinstance(error, JobStoppedError):
+        # Stopped on purpose (budget, client gone, shutdown): the reason is the whole story.
+        logger.warning("%s %s stopped: %s", request.method, request.url.path, error)
+    elif status_code >= 500:
         # The client sees the core's one-line message; the cause and traceback go to the log.
         logger.error("%s %s failed: %s", request.method, request.url.path, error, exc_info=error)
     return error_response(status_code, error.code, str(error), headers=headers)
@@ -177,6 +183,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         422: "invalid parameters",
         429: "every job slot and queue place is taken; retry after Retry-After seconds",
         500: "inference failed",
-        503: "models loading, failed to load, or out of device memory",
+        503: "models loading, failed to load, out of device memory, or the server is shutting down",
+        504: "the job used up its time budget (JOB_TIME_BUDGET_BASE_S + JOB_TIME_BUDGET_PER_AUDIO_S x duration)",
     }.items()
 }

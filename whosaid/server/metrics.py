@@ -8,9 +8,11 @@ process, as in tests, count separately.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterator, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from whosaid.results import Transcript
@@ -59,12 +61,27 @@ class Metrics:
         self.queue_depth = Gauge("whosaid_queue_depth", "Requests waiting for a job slot", registry=self.registry)
         self.jobs_running = Gauge("whosaid_jobs_running", "Jobs running now", registry=self.registry)
         self.model_ready = Gauge("whosaid_model_ready", "1 once the models are loaded", registry=self.registry)
+        self.model_info = _InfoCollector(
+            "whosaid_model",
+            "The loaded ASR model and where it runs: device, dtype, attention implementation",
+        )
+        self.registry.register(self.model_info)
 
-    def track(self, *, waiting: Callable[[], float], running: Callable[[], float], ready: Callable[[], float]) -> None:
-        """Gauges read at scrape time from the objects that own the numbers."""
+    def track(
+        self,
+        *,
+        waiting: Callable[[], float],
+        running: Callable[[], float],
+        ready: Callable[[], float],
+        model_info: Optional[Callable[[], Optional[dict[str, str]]]] = None,
+    ) -> None:
+        """Gauges read at scrape time from the objects that own the numbers. `model_info` gives
+        the labels of whosaid_model_info, None while nothing is loaded."""
         self.queue_depth.set_function(waiting)
         self.jobs_running.set_function(running)
         self.model_ready.set_function(ready)
+        if model_info is not None:
+            self.model_info.labels = model_info
 
     def observe_transcript(self, transcript: Transcript, processing_s: float) -> None:
         self.audio_duration.observe(transcript.duration_s)
@@ -74,6 +91,21 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _InfoCollector(Collector):
+    """An info metric (`<name>_info{...} 1`) whose labels are read at scrape time; absent until
+    the labels exist (the models load in the background)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels: Callable[[], Optional[dict[str, str]]] = lambda: None
+
+    def collect(self) -> Iterator[Metric]:
+        labels = self.labels()
+        if labels is not None:
+            yield InfoMetricFamily(self.name, self.documentation, value=labels)
 
 
 class MetricsMiddleware:

@@ -6,8 +6,10 @@ import time
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from whosaid.audio import AudioInput, load_audio
+from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
 from whosaid.results import Transcript
 from whosaid.server.errors import ApiError
 from whosaid.server.jobs import JobLimiter
@@ -17,12 +19,18 @@ from whosaid.server.state import EngineState
 
 class TranscriptionService:
     def __init__(
-        self, state: EngineState, limiter: JobLimiter, metrics: Metrics, max_audio_duration_s: float
+        self,
+        state: EngineState,
+        limiter: JobLimiter,
+        metrics: Metrics,
+        max_audio_duration_s: float,
+        time_budget: TimeBudget,
     ) -> None:
         self.state = state
         self.limiter = limiter
         self.metrics = metrics
         self.max_audio_duration_s = max_audio_duration_s
+        self.time_budget = time_budget
 
     def engine(self) -> Engine:
         return self.state.require_engine()
@@ -41,11 +49,17 @@ class TranscriptionService:
         config, warnings = engine.parse_parameters(parameters)
         all_warnings = [*warnings, *extra_warnings]
         return await self.limiter.run(
-            lambda: self._job(engine, inputs, config, all_warnings), is_disconnected=is_disconnected
+            lambda stop: self._job(engine, inputs, config, all_warnings, stop),
+            is_disconnected=is_disconnected,
         )
 
     def _job(
-        self, engine: Engine, inputs: AudioInput, config: InferenceConfig, warnings: Sequence[str]
+        self,
+        engine: Engine,
+        inputs: AudioInput,
+        config: InferenceConfig,
+        warnings: Sequence[str],
+        stop: StopSignal,
     ) -> Transcript:
         started = time.perf_counter()
         audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
@@ -56,6 +70,12 @@ class TranscriptionService:
                 f"the audio lasts {audio.duration_s:.1f} s, longer than this server's limit of "
                 f"{self.max_audio_duration_s:g} s (MAX_AUDIO_DURATION_S); split it and send the parts",
             )
-        transcript = engine.transcribe(audio, config, warnings=warnings)
+        stop.start_budget(self.time_budget, audio.duration_s)
+        try:
+            transcript = engine.transcribe(audio, config, warnings=warnings, should_stop=stop)
+        finally:
+            if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
+                del audio
+                release_memory()
         self.metrics.observe_transcript(transcript, time.perf_counter() - started)
         return transcript

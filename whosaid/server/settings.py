@@ -11,6 +11,8 @@ from typing import Annotated, Any, Optional
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from whosaid.cancellation import DEFAULT_BUDGET_BASE_S, DEFAULT_BUDGET_PER_AUDIO_S, TimeBudget
+
 BYTES_PER_MB = 1024 * 1024
 
 
@@ -44,6 +46,24 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="Requests that may wait for a job slot; beyond that they get 429 with Retry-After.",
     )
+    job_time_budget_base_s: float = Field(
+        default=DEFAULT_BUDGET_BASE_S,
+        gt=0,
+        description="Seconds any job may run (decoding, recognition, diarization) before it is "
+        "stopped with 504; the budget grows with the audio by JOB_TIME_BUDGET_PER_AUDIO_S.",
+    )
+    job_time_budget_per_audio_s: float = Field(
+        default=DEFAULT_BUDGET_PER_AUDIO_S,
+        ge=0,
+        description="Seconds of budget added per second of audio.",
+    )
+    shutdown_grace_s: float = Field(
+        default=8.0,
+        gt=0,
+        description="On SIGTERM: seconds to answer every admitted request before exiting. Queued "
+        "requests get 503 at once; running jobs finish or are stopped (503) before the end. Keep it "
+        "below the platform's own grace period (Docker 10 s, Kubernetes 30 s by default).",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins allowed to call the API from a browser, comma-separated ('*' for any). "
@@ -64,6 +84,10 @@ class ServerSettings(BaseSettings):
         if isinstance(value, str):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
+
+    @property
+    def time_budget(self) -> TimeBudget:
+        return TimeBudget(base_s=self.job_time_budget_base_s, per_audio_s=self.job_time_budget_per_audio_s)
 
     @property
     def max_upload_bytes(self) -> int:

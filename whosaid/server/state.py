@@ -56,6 +56,11 @@ class EngineState:
         return self._engine is not None
 
     @property
+    def engine(self) -> Optional[Engine]:
+        """The loaded engine, None while loading or after a failure."""
+        return self._engine
+
+    @property
     def failure(self) -> Optional[str]:
         return self._failure
 

@@ -8,7 +8,6 @@ Content-Type) with parameters in the query string.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError, ErrorResponse
+from whosaid.server.json_body import parse_json_body
 from whosaid.server.schemas import InferenceRequest, TranscriptResponse
 from whosaid.server.service import TranscriptionService
 
@@ -61,7 +61,7 @@ async def _read_request(request: Request) -> tuple[Any, dict[str, Any]]:
     body = await request.body()
     query: dict[str, Any] = dict(request.query_params)
     if _is_json(media_type) or (not media_type and body.lstrip()[:1] == b"{"):
-        payload = _parse_json(body)
+        payload = parse_json_body(body)
         try:
             envelope = InferenceRequest.model_validate(payload)
         except ValidationError as error:
@@ -85,10 +85,3 @@ async def _read_request(request: Request) -> tuple[Any, dict[str, Any]]:
 
 def _is_json(media_type: str) -> bool:
     return media_type == "application/json" or media_type.endswith("+json")
-
-
-def _parse_json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError as error:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error

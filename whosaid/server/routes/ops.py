@@ -28,7 +28,16 @@ async def ready(request: Request) -> ReadyResponse:
     state = request.app.state.service.state
     if not state.ready:
         raise state.not_ready_error()
-    return ReadyResponse(load_duration_s=state.load_duration_s)
+    runtime = state.engine.runtime if state.engine is not None else None
+    if runtime is None:
+        return ReadyResponse(load_duration_s=state.load_duration_s)
+    return ReadyResponse(
+        load_duration_s=state.load_duration_s,
+        device=runtime.device,
+        dtype=runtime.dtype,
+        attn_implementation=runtime.attn_implementation,
+        warnings=[runtime.gpu_unusable] if runtime.gpu_unusable else None,
+    )
 
 
 @router.get(

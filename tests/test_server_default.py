@@ -1,0 +1,63 @@
+"""`make serve` with no model settings does the whole job offline: the embedded Whisper base and
+the built-in diarizer answer who said what, through the OpenAI route's diarized formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from tests.support.server import server_process
+
+pytestmark = pytest.mark.slow
+
+MODEL_VARIABLES = ("ASR_MODEL", "ASSISTANT_MODEL", "DIARIZATION_MODEL", "HF_TOKEN", "API_KEY")
+
+
+@pytest.fixture(scope="module")
+def server(converted_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    converted_model("whisper-base")  # the embedded default must exist, as `make serve` ensures
+    log = tmp_path_factory.mktemp("server-default") / "server.log"
+    with server_process({"DEVICE": "cpu"}, log, unset=MODEL_VARIABLES) as url:
+        yield url
+
+
+def transcribe(server: str, audio: bytes, **form: str) -> requests.Response:
+    return requests.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": ("sample.wav", audio, "audio/wav")},
+        data={"model": "whisper-1", **form},
+        timeout=300,
+    )
+
+
+def test_the_default_server_says_who_spoke(server: str, sample_wav: Path) -> None:
+    audio = sample_wav.read_bytes()
+    diarized = transcribe(server, audio, response_format="diarized_json")
+    assert diarized.status_code == 200, diarized.text
+    segments = diarized.json()["segments"]
+    assert {segment["speaker"] for segment in segments} == {"SPEAKER_00", "SPEAKER_01"}
+    assert "know you were there" in " ".join(segment["text"] for segment in segments)
+
+    rttm = transcribe(server, audio, response_format="rttm")
+    assert rttm.status_code == 200, rttm.text
+    lines = rttm.text.splitlines()
+    assert lines and all(line.startswith("SPEAKER ") for line in lines)
+    assert {line.split()[7] for line in lines} == {"SPEAKER_00", "SPEAKER_01"}
+
+
+def test_num_speakers_changes_the_answer(server: str, sample_wav: Path) -> None:
+    audio = sample_wav.read_bytes()
+    one = transcribe(server, audio, response_format="rttm", num_speakers="1")
+    three = transcribe(server, audio, response_format="rttm", num_speakers="3")
+    assert one.status_code == three.status_code == 200
+    assert {line.split()[7] for line in one.text.splitlines()} == {"SPEAKER_00"}
+    assert {line.split()[7] for line in three.text.splitlines()} == {"SPEAKER_00", "SPEAKER_01", "SPEAKER_02"}
+
+
+def test_impossible_speaker_counts_are_422(server: str, sample_wav: Path) -> None:
+    response = transcribe(server, sample_wav.read_bytes(), response_format="rttm", num_speakers="60")
+    assert response.status_code == 422, response.text
+    assert "too few speech regions" in response.json()["error"]["message"]

@@ -1,0 +1,426 @@
+"""The built-in speaker diarizer: no token, no hub, weights from PyPI wheels only.
+
+    level normalisation -> Silero speech regions (edges refined on the signal's energy)
+    -> embedding windows inside each region (never across a pause)
+    -> GE2E speaker embeddings, batched
+    -> spectral clustering, speaker count estimated unless the request gives it
+    -> a speaker score per 10 ms frame from the windows covering it
+    -> short changes inside a region smoothed away -> turns clipped to the audio.
+
+Choose it with DIARIZATION_MODEL=builtin. It never reports overlapping speech: every frame of
+speech has exactly one speaker, the input speaker attribution wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from whosaid.audio import Audio
+from whosaid.clustering import MAX_POINTS, MIN_NEIGHBOURS, SpeakerCount, centroids, cluster, estimate_count
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+from whosaid.diarization import BUILTIN_MODEL, Diarizer, too_many_speakers
+from whosaid.errors import InferenceError
+from whosaid.results import SpeakerTurn
+from whosaid.speaker_embedding import MEL_HOP_SAMPLES, SpeakerEncoder, mel_power_frames
+from whosaid.vad import VadOptions, VoiceActivityDetector
+
+__all__ = ["BUILTIN_MODEL", "BuiltinDiarizer", "BuiltinDiarizerOptions"]
+
+
+@dataclass(frozen=True)
+class BuiltinDiarizerOptions:
+    # Speech detection for diarization: tighter than for ASR windows, since turn edges are scored.
+    vad: VadOptions = VadOptions(min_speech_ms=150, min_silence_ms=100, speech_pad_ms=30)
+    # Samples are scaled so that their loud parts sit here before detection and embedding:
+    # quiet far-field recordings otherwise fall under the detector's threshold.
+    target_peak: float = 0.5
+    # Speech is embedded at the level the encoder was trained at (RMS, dBFS).
+    embedding_dbfs: float = -30.0
+    # Embedding windows: the encoder was trained on 1.6 s stretches.
+    window_s: float = 1.2
+    hop_s: float = 0.75
+    # Long recordings: neighbouring windows are averaged into at most this many clustering points
+    # (memory and time of spectral clustering grow with the square and cube of the points).
+    max_clustering_points: int = MAX_POINTS
+    # Rounds of re-estimating each speaker from the windows inside its turns, then relabelling.
+    refinements: int = 1
+    # Shorter windows, scored against the speakers found, place the speaker changes; frames
+    # average the scores of every window covering them, at every scale.
+    score_windows_s: tuple[float, ...] = (0.75,)
+    score_hop_s: float = 0.375
+    # Speech shorter than this gets no embedding of its own; its frames take their neighbours'.
+    min_window_s: float = 0.25
+    # Only windows at least this long are clustered; shorter ones are assigned to the speakers found.
+    reliable_window_s: float = 1.0
+    # Two clusters whose windows are this alike on average (cosine of the raw embeddings) are one
+    # voice: one voice split in two scored 0.74-0.80 here, two people 0.51-0.70.
+    same_voice_similarity: float = 0.72
+    # A cluster with less speech than this is not a speaker (a cough, a 0.3 s blip).
+    min_speaker_s: float = 1.0
+    # Inside one speech region a speaker change shorter than this is smoothed away.
+    min_turn_s: float = 0.3
+    # Edges of each speech region move to where the signal rises this far above its quietest frames.
+    edge_search_s: float = 0.12
+    edge_margin_db: float = 30.0
+    edge_fraction: float = 0.2
+    pause_below_peak_db: float = 60.0
+    # A quiet stretch this long inside a speech region separates two pieces of speech.
+    min_pause_s: float = 0.1
+
+
+@dataclass(frozen=True)
+class _Window:
+    region: int
+    start_s: float
+    end_s: float
+
+
+class BuiltinDiarizer(Diarizer):
+    def __init__(
+        self,
+        encoder: SpeakerEncoder,
+        vad: Optional[VoiceActivityDetector] = None,
+        options: BuiltinDiarizerOptions = BuiltinDiarizerOptions(),
+    ) -> None:
+        self.encoder = encoder
+        self.vad = vad if vad is not None else VoiceActivityDetector.load()
+        self.options = options
+
+    @classmethod
+    def load(cls, device: str = "cpu") -> "BuiltinDiarizer":
+        return cls(SpeakerEncoder.load(device))
+
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+        if audio.sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
+            raise InferenceError(f"the built-in diarizer takes 16 kHz audio, got {audio.sample_rate_hz} Hz")
+        count = SpeakerCount(
+            exactly=speaker_parameters.get("num_speakers"),
+            at_least=speaker_parameters.get("min_speakers"),
+            at_most=speaker_parameters.get("max_speakers"),
+        )
+        samples = _normalised(audio.samples, self.options.target_peak)
+        regions = self._speech_regions(samples)
+        windows = _windows(regions, self.options.window_s, self.options.hop_s, self.options.min_window_s)
+        if not regions:
+            return ()
+        if not windows:  # speech, but only in pieces too short to tell voices apart: one speaker
+            if count.lowest > 1:
+                raise too_many_speakers(audio.duration_s, speaker_parameters)
+            return _turns(regions, [np.zeros(1, dtype=int)] * len(regions), audio.duration_s)
+        scoring = [
+            window
+            for window_s in self.options.score_windows_s
+            for window in _windows(regions, window_s, self.options.score_hop_s, self.options.min_window_s)
+        ]
+        embeddings = self._embed(samples, regions, windows + scoring)
+        speakers, centre = self._speakers(windows, embeddings[: len(windows)], count, audio.duration_s, speaker_parameters)
+        scoring_embeddings = _centred(embeddings[len(windows) :], centre)
+        labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options, count.lowest)
+        for _ in range(self.options.refinements):
+            # Each speaker again, from the windows that lie wholly in that speaker's turns: cleaner
+            # than the clustering's windows, some of which straddle a change of speaker.
+            speakers = _refined(speakers, regions, scoring, scoring_embeddings, labels)
+            labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options, count.lowest)
+        return _turns(regions, labels, audio.duration_s)
+
+    def _speech_regions(self, samples: np.ndarray) -> list[tuple[float, float]]:
+        regions = self.vad.speech_regions(samples, options=self.options.vad)
+        pieces = sorted(piece for region in regions for piece in _refine(samples, region, self.options))
+        # Refined neighbours may reach into each other's search span: no frame belongs to two pieces.
+        separate: list[tuple[float, float]] = []
+        for start_s, end_s in pieces:
+            start_s = max(start_s, separate[-1][1]) if separate else start_s
+            if end_s > start_s:
+                separate.append((start_s, end_s))
+        return separate
+
+    def _embed(
+        self, samples: np.ndarray, regions: list[tuple[float, float]], windows: list[_Window]
+    ) -> np.ndarray:
+        frames_per_s = WHISPER_SAMPLE_RATE_HZ / MEL_HOP_SAMPLES
+        mels = {}
+        for index in sorted({window.region for window in windows}):
+            start_s, end_s = regions[index]
+            mels[index] = mel_power_frames(_at_level(samples[_sample(start_s) : _sample(end_s)], self.options.embedding_dbfs))
+        segments = []
+        for window in windows:
+            mel = mels[window.region]
+            offset_s = regions[window.region][0]
+            first = int(round((window.start_s - offset_s) * frames_per_s))
+            last = max(first + 1, int(round((window.end_s - offset_s) * frames_per_s)))
+            segments.append(mel[first:last])
+        return self.encoder.embed(segments)
+
+    def _speakers(
+        self,
+        windows: list[_Window],
+        embeddings: np.ndarray,
+        count: SpeakerCount,
+        duration_s: float,
+        speaker_parameters: dict[str, int],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The centroid of each speaker's centred embeddings, (speakers, 256), and the centre."""
+        durations = np.array([window.end_s - window.start_s for window in windows])
+        reliable = np.flatnonzero(durations >= self.options.reliable_window_s - 1e-6)
+        if len(reliable) < count.lowest:
+            reliable = np.arange(len(windows))
+        if len(reliable) < count.lowest:
+            raise too_many_speakers(duration_s, speaker_parameters)
+        group = int(np.ceil(len(reliable) / self.options.max_clustering_points))
+        members = [reliable[first : first + group] for first in range(0, len(reliable), group)]
+        points = _unit(np.stack([embeddings[chunk].mean(axis=0) for chunk in members]))
+        overlap = max(1.0, self.options.window_s / self.options.hop_s / group)
+        neighbours = int(np.ceil(MIN_NEIGHBOURS * overlap / 2))
+        n_speakers = estimate_count(points, count, min_neighbours=neighbours)
+        # Counting works on the raw embeddings; telling speakers apart works better once what all
+        # voices of this recording share (channel, room, language) is taken out.
+        centre = points.mean(axis=0)
+        centred_points = _centred(points, centre)
+        point_labels = cluster(centred_points, n_speakers, min_neighbours=neighbours)
+        if count.exactly is None:
+            point_labels = _merge_alike(points, point_labels, self.options.same_voice_similarity, count.lowest)
+        n_speakers = int(point_labels.max()) + 1
+        speakers = centroids(centred_points, point_labels, n_speakers)
+        # Speech per speaker, counted by hop so overlapping windows are not counted twice.
+        speech_s = np.array(
+            [
+                sum(min(durations[i], self.options.hop_s) for chunk, label in zip(members, point_labels)
+                    if label == speaker for i in chunk)
+                for speaker in range(n_speakers)
+            ]
+        )
+        keep = [speaker for speaker in range(n_speakers) if speech_s[speaker] >= self.options.min_speaker_s]
+        while len(keep) < min(count.lowest, n_speakers):  # never below the requested count
+            keep.append(max((s for s in range(n_speakers) if s not in keep), key=lambda s: speech_s[s]))
+        return (speakers[sorted(keep)] if keep else speakers), centre
+
+
+def _merge_alike(points: np.ndarray, labels: np.ndarray, threshold: float, lowest: int) -> np.ndarray:
+    """Merge the two clusters whose points are most alike on average (raw cosine), while that
+    average reaches `threshold` and more than `lowest` clusters are left: one voice split in two."""
+    labels = labels.copy()
+    similarity = points @ points.T
+    while labels.max() + 1 > max(lowest, 1):
+        n_clusters = labels.max() + 1
+        pairs = [
+            (float(similarity[np.ix_(labels == a, labels == b)].mean()), a, b)
+            for a in range(n_clusters)
+            for b in range(a + 1, n_clusters)
+        ]
+        best, keep, merged = max(pairs)
+        if best < threshold:
+            break
+        labels[labels == merged] = keep
+        labels[labels > merged] -= 1
+    return labels
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-10)
+
+
+def _centred(embeddings: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    return _unit(embeddings - centre)
+
+
+def _normalised(samples: np.ndarray, target_peak: float) -> np.ndarray:
+    """Scaled so that the loud parts (99.9th percentile of |sample|) sit at `target_peak`; the
+    gain is bounded so that near-silence is not blown up into noise that looks like speech."""
+    level = float(np.percentile(np.abs(samples), 99.9)) if samples.size else 0.0
+    gain = min(target_peak / max(level, 1e-9), 100.0)
+    return (samples * gain).astype(np.float32)
+
+
+def _at_level(samples: np.ndarray, level_dbfs: float) -> np.ndarray:
+    """Scaled to an RMS of `level_dbfs`: the encoder reads mel power, not its logarithm, and was
+    trained on utterances at -30 dBFS."""
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if samples.size else 0.0
+    return (samples * (10 ** (level_dbfs / 20) / max(rms, 1e-9))).astype(np.float32)
+
+
+def _sample(time_s: float) -> int:
+    return int(round(time_s * WHISPER_SAMPLE_RATE_HZ))
+
+
+def _frame_energy_db(samples: np.ndarray) -> np.ndarray:
+    """Energy of each 10 ms frame, in dB."""
+    frame = MEL_HOP_SAMPLES
+    n_frames = len(samples) // frame
+    framed = samples[: n_frames * frame].astype(np.float64).reshape(n_frames, frame)
+    return 10 * np.log10(np.mean(framed**2, axis=1) + 1e-12)
+
+
+def _refine(
+    samples: np.ndarray, region: tuple[float, float], options: BuiltinDiarizerOptions
+) -> list[tuple[float, float]]:
+    """The region's speech, on 10 ms frames: edges moved (within `edge_search_s`) to where the
+    energy rises `edge_margin_db` above the quietest frames nearby, and split at every inner pause
+    of at least `min_pause_s`. The detector's 32 ms frames, its padding and its minimum silence
+    otherwise put turn edges tens of milliseconds off and join quick replies to the turn before."""
+    frame_s = MEL_HOP_SAMPLES / WHISPER_SAMPLE_RATE_HZ
+    offset = max(0, _sample(region[0] - options.edge_search_s))
+    end = min(len(samples), _sample(region[1] + options.edge_search_s))
+    energy_db = _frame_energy_db(samples[offset:end])
+    if len(energy_db) == 0:
+        return []
+    floor_db, peak_db = float(energy_db.min()), float(energy_db.max())
+    threshold_db = max(
+        floor_db + min(options.edge_margin_db, options.edge_fraction * (peak_db - floor_db)),
+        peak_db - options.pause_below_peak_db,
+    )
+    loud = energy_db >= threshold_db
+    pieces = []
+    min_pause = max(1, int(round(options.min_pause_s / frame_s)))
+    first = None
+    quiet_run = 0
+    for index, is_loud in enumerate(loud):
+        if is_loud:
+            if first is None:
+                first = index
+            quiet_run = 0
+            last = index
+        elif first is not None:
+            quiet_run += 1
+            if quiet_run >= min_pause:
+                pieces.append((first, last + 1))
+                first = None
+    if first is not None:
+        pieces.append((first, last + 1))
+    start_s = offset / WHISPER_SAMPLE_RATE_HZ
+    return [(start_s + a * frame_s, start_s + b * frame_s) for a, b in pieces]
+
+
+def _windows(
+    regions: list[tuple[float, float]], window_s: float, hop_s: float, min_window_s: float
+) -> list[_Window]:
+    """Windows of `window_s` every `hop_s` (at most) inside each region, the first and last flush
+    with its edges; a region shorter than a window is one window; shorter than `min_window_s`, none."""
+    windows = []
+    for index, (start_s, end_s) in enumerate(regions):
+        duration_s = end_s - start_s
+        if duration_s < min_window_s:
+            continue
+        if duration_s <= window_s:
+            windows.append(_Window(index, start_s, end_s))
+            continue
+        n_windows = int(np.ceil((duration_s - window_s) / hop_s)) + 1
+        step_s = (duration_s - window_s) / (n_windows - 1)
+        windows += [_Window(index, start_s + i * step_s, start_s + i * step_s + window_s) for i in range(n_windows)]
+    return windows
+
+
+FRAME_S = 0.01
+
+
+def _frame_labels(
+    regions: list[tuple[float, float]],
+    windows: list[_Window],
+    scores: np.ndarray,
+    options: BuiltinDiarizerOptions,
+    lowest_count: int,
+) -> list[np.ndarray]:
+    """A speaker index per 10 ms frame of each region: the speaker the covering windows find
+    most similar on average. Regions too short for a window take the nearest labelled frame."""
+    by_region: dict[int, list[int]] = {}
+    for index, window in enumerate(windows):
+        by_region.setdefault(window.region, []).append(index)
+    labels: list[np.ndarray] = []
+    for index, (start_s, end_s) in enumerate(regions):
+        n_frames = max(1, int(round((end_s - start_s) / FRAME_S)))
+        if index not in by_region:
+            labels.append(np.full(n_frames, -1))
+            continue
+        total = np.zeros((n_frames, scores.shape[1]))
+        covered = np.zeros(n_frames)
+        for window_index in by_region[index]:
+            window = windows[window_index]
+            first = int(round((window.start_s - start_s) / FRAME_S))
+            last = max(first + 1, int(round((window.end_s - start_s) / FRAME_S)))
+            total[first:last] += scores[window_index]
+            covered[first:last] += 1
+        region_labels = np.argmax(total, axis=1)
+        labels.append(_smooth(region_labels, total, int(round(options.min_turn_s / FRAME_S))))
+    _fill_unlabelled(regions, labels)
+    return labels
+
+
+def _refined(
+    speakers: np.ndarray,
+    regions: list[tuple[float, float]],
+    windows: list[_Window],
+    embeddings: np.ndarray,
+    labels: list[np.ndarray],
+) -> np.ndarray:
+    refined = speakers.copy()
+    pure: dict[int, list[int]] = {}
+    for index, window in enumerate(windows):
+        start_s = regions[window.region][0]
+        first = int(round((window.start_s - start_s) / FRAME_S))
+        last = max(first + 1, int(round((window.end_s - start_s) / FRAME_S)))
+        window_labels = labels[window.region][first:last]
+        if len(window_labels) and (window_labels == window_labels[0]).all():
+            pure.setdefault(int(window_labels[0]), []).append(index)
+    for speaker, members in pure.items():
+        refined[speaker] = _unit(embeddings[members].mean(axis=0, keepdims=True))[0]
+    return refined
+
+
+def _smooth(labels: np.ndarray, scores: np.ndarray, min_frames: int) -> np.ndarray:
+    """Merge runs shorter than `min_frames` into the neighbouring run whose speaker scores
+    higher over them, shortest run first, until none is left (or only one run)."""
+    labels = labels.copy()
+    while True:
+        runs = _runs(labels)
+        if len(runs) <= 1:
+            return labels
+        shortest = min(range(len(runs)), key=lambda i: runs[i][1] - runs[i][0])
+        first, last, _ = runs[shortest]
+        if last - first >= min_frames:
+            return labels
+        neighbours = [runs[i][2] for i in (shortest - 1, shortest + 1) if 0 <= i < len(runs)]
+        labels[first:last] = max(neighbours, key=lambda speaker: scores[first:last, speaker].sum())
+
+
+def _runs(labels: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first, end, label) of each run of equal labels."""
+    changes = np.flatnonzero(np.diff(labels)) + 1
+    edges = [0, *changes.tolist(), len(labels)]
+    return [(edges[i], edges[i + 1], int(labels[edges[i]])) for i in range(len(edges) - 1)]
+
+
+def _fill_unlabelled(regions: list[tuple[float, float]], labels: list[np.ndarray]) -> None:
+    labelled = [index for index, region_labels in enumerate(labels) if region_labels[0] >= 0]
+    if not labelled:
+        for region_labels in labels:
+            region_labels[:] = 0
+        return
+    for index, region_labels in enumerate(labels):
+        if region_labels[0] >= 0:
+            continue
+        middle_s = sum(regions[index]) / 2
+
+        def distance_s(other: int) -> float:
+            start_s, end_s = regions[other]
+            return 0.0 if start_s <= middle_s <= end_s else min(abs(middle_s - start_s), abs(middle_s - end_s))
+
+        nearest = min(labelled, key=distance_s)
+        edge = labels[nearest][0] if regions[nearest][0] > middle_s else labels[nearest][-1]
+        region_labels[:] = edge
+
+
+def _turns(
+    regions: list[tuple[float, float]], labels: list[np.ndarray], duration_s: float
+) -> tuple[SpeakerTurn, ...]:
+    names: dict[int, str] = {}
+    turns: list[SpeakerTurn] = []
+    for (start_s, end_s), region_labels in zip(regions, labels):
+        for first, last, label in _runs(region_labels):
+            name = names.setdefault(label, f"SPEAKER_{len(names):02d}")
+            turn_start_s = max(0.0, start_s + first * FRAME_S)
+            turn_end_s = min(duration_s, end_s if last == len(region_labels) else start_s + last * FRAME_S)
+            if turn_end_s > turn_start_s:
+                turns.append(SpeakerTurn(turn_start_s, turn_end_s, name))
+    return tuple(turns)
