@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers
+from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers, speaker_of
 from whosaid.asr import clean_chunks
-from whosaid.results import Chunk, SpeakerTurn
+from whosaid.results import Chunk, SpeakerTurn, Word
 
 
 def chunk(start: float, end: float, text: str) -> Chunk:
@@ -16,6 +16,14 @@ def chunk(start: float, end: float, text: str) -> Chunk:
 
 def turn(start: float, end: float, speaker: str) -> SpeakerTurn:
     return SpeakerTurn(start_s=start, end_s=end, speaker=speaker)
+
+
+def word(start: float, end: float, text: str) -> Word:
+    return Word(text=text, start_s=start, end_s=end, probability=1.0)
+
+
+def timed_chunk(*words: Word) -> Chunk:
+    return Chunk(start_s=words[0].start_s, end_s=words[-1].end_s, text="".join(w.text for w in words), words=words)
 
 
 def summary(segments):
@@ -120,3 +128,81 @@ def test_every_chunk_lands_once_in_order_with_its_text(chunks, turns) -> None:
     assert all(0 <= c.start_s <= c.end_s <= 100.0 for c in chunks)
     labels = {t.speaker for t in turns} or {UNKNOWN_SPEAKER}
     assert {segment.speaker for segment in segments} <= labels
+
+
+# --- by word -----------------------------------------------------------------------------------
+
+
+def test_speaker_change_inside_a_chunk_splits_it_at_the_word() -> None:
+    reply = timed_chunk(word(0.2, 0.6, " Right."), word(1.0, 1.4, " Okay,"), word(1.5, 1.8, " got"), word(1.8, 2.2, " it."))
+    segments = assign_speakers([reply], [turn(0.0, 0.8, "A"), turn(0.9, 2.5, "B")])
+    assert summary(segments) == [("A", 0.2, 0.6, "Right."), ("B", 1.0, 2.2, "Okay, got it.")]
+    assert [w.text for w in segments[1].chunks[0].words] == [" Okay,", " got", " it."]
+
+
+def test_a_late_turn_boundary_does_not_cut_a_sentence() -> None:
+    # "four." overlaps B more than A, but only within TURN_EDGE_S of A's turn: maybe jitter.
+    sentence = timed_chunk(word(0.0, 0.4, " I"), word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four."))
+    answer = timed_chunk(word(2.0, 2.5, " Good."))
+    segments = assign_speakers([sentence, answer], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")])
+    assert speaker_of(sentence.words[-1], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")]) == "B"
+    assert summary(segments) == [("A", 0.0, 1.6, "I tested all four."), ("B", 2.0, 2.5, "Good.")]
+
+
+def test_a_change_with_evidence_splits_an_unpunctuated_sentence() -> None:
+    words = [word(0.0, 0.5, " yes"), word(0.5, 1.0, " yes"), word(1.2, 1.8, " I"), word(1.8, 2.4, " agree")]
+    segments = assign_speakers([timed_chunk(*words)], [turn(0.0, 1.1, "A"), turn(1.1, 3.0, "B")])
+    assert summary(segments) == [("A", 0.0, 1.0, "yes yes"), ("B", 1.2, 2.4, "I agree")]
+
+
+def test_a_short_turn_inside_a_sentence_keeps_its_word() -> None:
+    # "Great, did you check" as Whisper may write two speakers' lines: "Great," lies in A's short
+    # turn, away from B's turn, so it is A's even inside B's sentence.
+    words = [word(13.8, 14.1, " Great,"), word(14.4, 14.6, " did"), word(14.6, 14.8, " you"), word(14.8, 15.2, " check?")]
+    turns = [turn(13.8, 14.14, "A"), turn(14.39, 16.4, "B")]
+    assert summary(assign_speakers([timed_chunk(*words)], turns)) == [
+        ("A", 13.8, 14.1, "Great,"),
+        ("B", 14.4, 15.2, "did you check?"),
+    ]
+
+
+def test_chunks_with_and_without_words_mix() -> None:
+    chunks = [chunk(0, 2, " Untimed."), timed_chunk(word(2.0, 2.5, " A"), word(3.0, 3.5, " b."))]
+    segments = assign_speakers(chunks, [turn(0, 2.7, "A"), turn(2.7, 4, "B")])
+    assert summary(segments) == [("A", 0, 2.5, "Untimed. A"), ("B", 3.0, 3.5, "b.")]
+
+
+word_texts = st.sampled_from([" so", " right.", " ok,", " yes?", " no", " well", " it's", " fine!", "-", " 12"])
+
+
+@st.composite
+def timed_transcripts(draw):
+    """Chunks as clean_chunks makes them, most with words inside their span."""
+    raw = draw(st.lists(st.tuples(times, times, st.lists(st.tuples(times, times, word_texts), max_size=6)), max_size=12))
+    spans = []
+    for start, end, raw_words in sorted(raw, key=lambda item: item[0]):
+        end = max(start, end)
+        words = tuple(
+            word(start + (end - start) * a / 100, start + (end - start) * max(a, b) / 100, text)
+            for a, b, text in sorted(raw_words)
+        )
+        text = "".join(w.text for w in words) or " untimed"
+        spans.append((start, end, text, words))
+    return clean_chunks(spans, duration_s=100.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=timed_transcripts(), turns=turn_lists)
+def test_every_word_lands_once_in_order(chunks, turns) -> None:
+    segments = assign_speakers(chunks, turns)
+    pieces = [piece for segment in segments for piece in segment.chunks]
+    assert [w for piece in pieces for w in piece.words] == [w for c in chunks for w in c.words]
+    assert "".join(piece.text for piece in pieces) == "".join(c.text for c in chunks)
+    for piece in pieces:
+        assert piece.start_s <= piece.end_s
+        assert all(piece.start_s <= w.start_s <= w.end_s <= piece.end_s for w in piece.words)
+    for segment in segments:
+        assert segment.text == "".join(piece.text for piece in segment.chunks).strip()
+    for previous, current in zip(segments, segments[1:]):
+        assert previous.speaker != current.speaker
+        assert previous.start_s <= current.start_s

@@ -136,3 +136,48 @@ def test_assistant_with_another_vocabulary_is_refused(make_engine, models, conve
     message = str(raised.value)
     assert "vocabulary of 51864 tokens but the main model has 51865" in message
     assert "same tokenizer" in message
+
+
+# --- prompts: the batched and the assisted path read them the same way ---------------------
+
+
+PROMPTS = [{"initial_prompt": "Diane in New Jersey, Sheila from Chicago."}, {"hotwords": "Yankee, Texas"}]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["initial_prompt", "hotwords"])
+@pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
+def test_prompted_assisted_and_batched_give_the_same_transcript(make_engine, models, sample_audio, prompt, fallback, monkeypatch) -> None:
+    fallback(monkeypatch)
+    engine = make_engine(models["main"], models["distil"])
+    audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
+    assisted = engine.transcribe(audio, config(assisted=True, language="en", **prompt))
+    batched = engine.transcribe(audio, config(assisted=False, batch_size=4, language="en", **prompt))
+    unprompted = engine.transcribe(audio, config(assisted=False, batch_size=4, language="en"))
+    assert (assisted.decoding, batched.decoding) == (ASSISTED, BATCHED)
+    assert assisted.chunks == batched.chunks and len(batched.chunks) >= 2
+    assert batched.chunks != unprompted.chunks  # the prompt is read
+
+
+@pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
+def test_prompted_speculative_decoding_is_lossless(make_engine, models, clips, assistant) -> None:
+    """With a prompt, the assistant's tokens are the tokens of plain greedy generate and of the
+    lean batched loop, token for token."""
+    import torch
+
+    engine = make_engine(models["main"], models[assistant])
+    recognizer = engine.recognizer
+    previous = recognizer._previous_tokens(
+        recognizer.decoding_options(config(initial_prompt="Diane in New Jersey.", hotwords="Yankee")), first_window=True
+    )
+    prompt = recognizer.decoder.prompt("en", "transcribe", previous)
+    assert prompt[0] == recognizer.decoder.prev_sot_token_id and len(prompt) == len(previous) + 4
+    for audio in clips[:3]:
+        features = recognizer._features([audio.samples])
+        with torch.inference_mode():
+            states = recognizer.model.get_encoder()(features).last_hidden_state
+            plain = recognizer._generate_tokens(features, states, "en", "transcribe", previous)
+            assisted = recognizer._generate_tokens(
+                features, states, "en", "transcribe", previous, assistant_model=recognizer.assistant
+            )
+            (lean,) = recognizer.decoder.decode(states, prompt)
+        assert plain == assisted == [list(lean.tokens)]

@@ -111,3 +111,33 @@ def test_the_server_response_model_is_exactly_the_core_dict(transcript: Transcri
     """POST / answers TranscriptResponse(**transcript.to_dict()): nothing may be added or lost."""
     as_dict = transcript.to_dict()
     assert TranscriptResponse.model_validate(as_dict).model_dump(mode="json") == as_dict
+
+
+def test_words_in_verbose_json_and_the_response_only_when_asked() -> None:
+    import dataclasses
+
+    from whosaid.results import Word
+
+    words = (Word(" Hello", 0.0, 0.61234, 0.91), Word(" there.", 0.7, 1.5, 0.5))
+    timed = dataclasses.replace(PLAIN, chunks=(dataclasses.replace(HELLO, words=words), ANSWER))
+    asked = dataclasses.replace(timed, word_timestamps=True)
+    assert to_verbose_json(timed).words is None
+    assert "words" not in to_verbose_json(timed).model_dump(mode="json")
+    assert [w.model_dump() for w in to_verbose_json(asked).words] == [
+        {"word": "Hello", "start": 0.0, "end": 0.612},
+        {"word": "there.", "start": 0.7, "end": 1.5},
+    ]
+    assert "words" not in timed.to_dict()["chunks"][0]
+    assert asked.to_dict()["chunks"] == [
+        {
+            "timestamp": [0.0, 1.5],
+            "text": " Hello there.",
+            "words": [
+                {"text": " Hello", "timestamp": [0.0, 0.612], "probability": 0.91},
+                {"text": " there.", "timestamp": [0.7, 1.5], "probability": 0.5},
+            ],
+        },
+        {"timestamp": [1.5, 3661.25], "text": " General <Kenobi> & co.", "words": []},
+    ]
+    TranscriptResponse.model_validate(asked.to_dict())
+    assert to_srt(asked) == to_srt(PLAIN) and to_vtt(asked) == to_vtt(PLAIN)  # subtitles stay segment cues

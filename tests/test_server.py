@@ -173,6 +173,38 @@ def test_openai_verbose_json(openai_client: OpenAI, clip: bytes, reference) -> N
     VerboseTranscription.model_validate(result.model_dump())
 
 
+def test_openai_word_timestamps(openai_client: OpenAI, clip: bytes, reference) -> None:
+    result = openai_client.audio.transcriptions.create(
+        model="whisper-1",
+        file=("clip.wav", clip),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert isinstance(result, TranscriptionVerbose) and result.text == reference["text"]
+    assert result.words and "warnings" not in (result.model_extra or {})
+    assert " ".join(word.word for word in result.words).split() == result.text.split()
+    previous_end = 0.0
+    for word in result.words:
+        assert previous_end <= word.start <= word.end <= 4.0 and word.word == word.word.strip()
+        previous_end = word.end
+    # Segments hold their words: each word lies inside the segment whose text it belongs to.
+    assert all(any(s.start <= w.start and w.end <= s.end for s in result.segments) for w in result.words)
+    VerboseTranscription.model_validate(result.model_dump())
+
+
+def test_word_timestamps_on_the_inference_endpoints_route(server: str, clip: bytes, reference) -> None:
+    response = blog(server, b64(clip), {"return_timestamps": "word"})
+    assert response.status_code == 200, response.text
+    transcript = TranscriptResponse.model_validate(response.json())
+    assert transcript.text == reference["text"]
+    assert "".join(w.text for c in transcript.chunks for w in c.words) == "".join(c.text for c in transcript.chunks)
+    for chunk in transcript.chunks:
+        for word in chunk.words:
+            assert chunk.timestamp[0] <= word.timestamp[0] <= word.timestamp[1] <= chunk.timestamp[1]
+            assert 0 <= word.probability <= 1  # a random-weight model is rarely sure
+    assert all("words" not in chunk for chunk in reference["chunks"])
+
+
 def test_openai_diarized_json(openai_client: OpenAI, clip: bytes, reference) -> None:
     result = openai_client.audio.transcriptions.create(
         model="gpt-4o-transcribe-diarize", file=("clip.wav", clip), response_format="diarized_json"
@@ -217,7 +249,10 @@ def test_openai_speaker_hints_and_unsupported_options(openai_client: OpenAI, cli
         response_format="diarized_json",
     )
     assert {segment.speaker for segment in result.segments} == {"SPEAKER_00"}
-    assert len(result.model_extra["warnings"]) == 3  # prompt, temperature, word timestamps
+    assert result.model_extra["warnings"] == [
+        "temperature was ignored: decoding here is deterministic",
+        "word timestamps come with response_format=verbose_json; they were not computed",
+    ]
 
 
 # --- bad requests ----------------------------------------------------------------------------
@@ -251,6 +286,7 @@ BAD_REQUESTS = {
     # One such request once held the only job slot for ~2 h (8016 windows on an 8 s file).
     "windows of a millisecond": (lambda s, c: raw(s, c, "chunk_length_s=0.001"), 422, "invalid_parameters", "'chunk_length_s'"),
     "unknown language": (lambda s, c: transcribe(s, c, language="klingon"), 422, "invalid_parameters", "unknown language"),
+    "unknown return_timestamps": (lambda s, c: blog(s, b64(c), {"return_timestamps": "char"}), 422, "invalid_parameters", "'word'"),
     "wrong API key": (lambda s, c: raw(s, c, headers={"Authorization": "Bearer nope"}), 401, "invalid_api_key", "invalid API key"),
 }
 

@@ -193,7 +193,7 @@ def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sampl
 def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
     from whosaid.asr import clean_chunks
 
-    return clean_chunks(recognizer._spans(window, tokens), duration_s)
+    return clean_chunks(recognizer._spans(window, tokens, "en"), duration_s)
 
 
 # ------------------------------------------------------------------------- VAD windows

@@ -1,38 +1,53 @@
 """Attach speakers to the transcript.
 
-Each ASR chunk goes to the speaker who talks most during it (largest overlap with the
-diarizer's turns); a chunk that overlaps no turn goes to the nearest turn in time. Consecutive
-chunks of one speaker form a segment. Every chunk lands in exactly one segment, in order, so no
-text is lost: not after the last turn, not when the diarizer found nobody.
+With word timestamps (computed whenever a diarizer runs), each word goes to the speaker who
+talks most during it (largest overlap with the diarizer's turns), so a speaker change inside a
+Whisper segment ("Right." / "Okay, got it.") splits the segment there. Diarizer boundaries are
+approximate, so a sentence is not split without reason: a run of words that overlaps its
+speaker only within TURN_EDGE_S of another speaker's turn stays with the rest of its sentence.
+Chunks without words go whole to the speaker who talks most during them. Anything that overlaps
+no turn goes to the nearest turn in time. Consecutive pieces of one speaker form a segment. Every
+chunk (every word) lands in exactly one segment, in order, so no text is lost: not after the last
+turn, not when the diarizer found nobody.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn
+from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Word
 
 #: Label for chunks when the diarizer found no speaker at all (e.g. it heard only noise).
 UNKNOWN_SPEAKER = "UNKNOWN"
+#: How far a diarizer's turn boundary may be off: the collar diarization error rates forgive
+#: (0.25 s on each side of a reference boundary, as in pyannote.metrics' collar=0.5).
+TURN_EDGE_S = 0.25
+#: A word ending with one of these ends a sentence.
+SENTENCE_END_MARKS = ".!?。！？…"
 
 
-def speaker_of(chunk: Chunk, turns: Sequence[SpeakerTurn]) -> str:
-    """The speaker who overlaps the chunk the most; ties go to the earlier turn's speaker."""
+def speaker_of(span: Chunk | Word, turns: Sequence[SpeakerTurn]) -> str:
+    """The speaker who overlaps the span the most; ties go to the earlier turn's speaker."""
     if not turns:
         return UNKNOWN_SPEAKER
-    overlap_s: dict[str, float] = {}
-    for turn in turns:
-        overlap = min(chunk.end_s, turn.end_s) - max(chunk.start_s, turn.start_s)
-        if overlap > 0:
-            overlap_s[turn.speaker] = overlap_s.get(turn.speaker, 0.0) + overlap
+    overlap_s = _overlaps(span.start_s, span.end_s, turns)
     if overlap_s:
         best = max(overlap_s.values())
         for turn in turns:  # first speaker (in turn order) with the best overlap
             if overlap_s.get(turn.speaker) == best:
                 return turn.speaker
-    middle_s = (chunk.start_s + chunk.end_s) / 2
+    middle_s = (span.start_s + span.end_s) / 2
     nearest = min(turns, key=lambda turn: _distance_s(middle_s, turn))
     return nearest.speaker
+
+
+def _overlaps(start_s: float, end_s: float, turns: Sequence[SpeakerTurn]) -> dict[str, float]:
+    overlap_s: dict[str, float] = {}
+    for turn in turns:
+        overlap = min(end_s, turn.end_s) - max(start_s, turn.start_s)
+        if overlap > 0:
+            overlap_s[turn.speaker] = overlap_s.get(turn.speaker, 0.0) + overlap
+    return overlap_s
 
 
 def _distance_s(time_s: float, turn: SpeakerTurn) -> float:
@@ -44,21 +59,118 @@ def _distance_s(time_s: float, turn: SpeakerTurn) -> float:
 def assign_speakers(
     chunks: Sequence[Chunk], turns: Sequence[SpeakerTurn]
 ) -> tuple[SpeakerSegment, ...]:
-    """Group the transcript's chunks into speaker segments (see the module's docstring)."""
+    """Group the transcript into speaker segments (see the module's docstring)."""
     ordered_turns = sorted(turns, key=lambda turn: (turn.start_s, turn.end_s))
+    word_speakers = _word_speakers([word for chunk in chunks for word in chunk.words], ordered_turns)
+    pieces: list[tuple[str, Chunk]] = []
+    first_word = 0
+    for chunk in chunks:
+        if chunk.words:
+            speakers = word_speakers[first_word : first_word + len(chunk.words)]
+            first_word += len(chunk.words)
+            pieces += _split_chunk(chunk, speakers)
+        else:
+            pieces.append((speaker_of(chunk, ordered_turns), chunk))
     segments: list[SpeakerSegment] = []
     group: list[Chunk] = []
     group_speaker = ""
-    for chunk in chunks:
-        speaker = speaker_of(chunk, ordered_turns)
+    for speaker, piece in pieces:
         if group and speaker != group_speaker:
             segments.append(_segment(group_speaker, group))
             group = []
-        group.append(chunk)
+        group.append(piece)
         group_speaker = speaker
     if group:
         segments.append(_segment(group_speaker, group))
     return tuple(segments)
+
+
+def _word_speakers(words: Sequence[Word], turns: Sequence[SpeakerTurn]) -> list[str]:
+    """Each word's speaker: most overlap, then sentence-aware smoothing of weak changes."""
+    speakers = [speaker_of(word, turns) for word in words]
+    if not turns:
+        return speakers
+    sentence_start = 0
+    for index, word in enumerate(words):
+        if index == len(words) - 1 or word.text.rstrip().endswith(tuple(SENTENCE_END_MARKS)):
+            _smooth_sentence(words, speakers, sentence_start, index + 1, turns)
+            sentence_start = index + 1
+    return speakers
+
+
+def _smooth_sentence(
+    words: Sequence[Word], speakers: list[str], start: int, end: int, turns: Sequence[SpeakerTurn]
+) -> None:
+    """Inside words[start:end], a run of words goes to its neighbour's speaker when none of its
+    words has evidence for its own speaker (see _is_evident); a run with evidence keeps its
+    speaker, splitting the sentence."""
+    runs: list[list[int]] = []
+    for index in range(start, end):
+        if runs and speakers[runs[-1][0]] == speakers[index]:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    if len(runs) < 2:
+        return
+    evident = [any(_is_evident(words[index], speakers[index], turns) for index in run) for run in runs]
+    if not any(evident):
+        return  # nothing to lean on: keep the overlaps' verdict
+    chosen = [other for other in range(len(runs)) if evident[other]]
+    for position, run in enumerate(runs):
+        if evident[position]:
+            continue
+        # The nearest run with evidence, the previous one on a tie.
+        nearest = min(chosen, key=lambda other: (abs(other - position), other > position))
+        for index in run:
+            speakers[index] = speakers[runs[nearest][0]]
+
+
+def _is_evident(word: Word, speaker: str, turns: Sequence[SpeakerTurn]) -> bool:
+    """The word overlaps a turn of `speaker` somewhere farther than TURN_EDGE_S from every other
+    speaker's turn: there a boundary that is off by TURN_EDGE_S would still give it to `speaker`.
+    A word that only overlaps its speaker near another speaker's turn may be jitter."""
+    for turn in turns:
+        if turn.speaker != speaker:
+            continue
+        start_s, end_s = max(word.start_s, turn.start_s), min(word.end_s, turn.end_s)
+        if end_s <= start_s:
+            continue
+        others = sorted(
+            (max(other.start_s - TURN_EDGE_S, start_s), min(other.end_s + TURN_EDGE_S, end_s))
+            for other in turns
+            if other.speaker != speaker
+        )
+        position_s = start_s
+        for other_start_s, other_end_s in others:
+            if other_end_s <= other_start_s:
+                continue
+            if other_start_s > position_s:
+                return True  # a stretch no other speaker's turn comes near
+            position_s = max(position_s, other_end_s)
+        if position_s < end_s:
+            return True
+    return False
+
+
+def _split_chunk(chunk: Chunk, speakers: Sequence[str]) -> list[tuple[str, Chunk]]:
+    """The chunk cut where its words' speaker changes. A chunk of one speaker stays as it is; the
+    pieces of a split chunk span their words, the first from the chunk's start and the last to
+    its end, and carry their words' text."""
+    runs: list[tuple[str, list[Word]]] = []
+    for word, speaker in zip(chunk.words, speakers):
+        if runs and runs[-1][0] == speaker:
+            runs[-1][1].append(word)
+        else:
+            runs.append((speaker, [word]))
+    if len(runs) == 1:
+        return [(runs[0][0], chunk)]
+    pieces = []
+    for position, (speaker, words) in enumerate(runs):
+        start_s = chunk.start_s if position == 0 else words[0].start_s
+        end_s = chunk.end_s if position == len(runs) - 1 else words[-1].end_s
+        text = "".join(word.text for word in words)
+        pieces.append((speaker, Chunk(start_s, end_s, text, tuple(words), chunk.language)))
+    return pieces
 
 
 def _segment(speaker: str, chunks: list[Chunk]) -> SpeakerSegment:

@@ -1,7 +1,9 @@
 """Whisper speech recognition: model loading, and transcription of the speech windows the VAD
 finds, decoded in batches (greedy, the lean loop of whosaid.decoding) or one at a time with
 speculative decoding (assisted). Both paths fall back to beam search where Whisper's own quality
-checks fail, so they give the same transcript; the assistant only changes how fast."""
+checks fail, so they give the same transcript; the assistant only changes how fast. Both read
+the request's DecodingOptions the same way: prompt and hotwords as previous text, the language
+once or per window, and word timestamps (whosaid.word_timing) for the windows decoded."""
 
 from __future__ import annotations
 
@@ -15,10 +17,18 @@ import numpy as np
 from whosaid.audio import Audio
 from whosaid.cancellation import StopSignal
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
-from whosaid.decoding import GreedyWhisperDecoder, is_repetitive, is_silence, needs_fallback, split_segments
-from whosaid.errors import InvalidParametersError, ModelLoadError
-from whosaid.results import Chunk
-from whosaid.vad import SpeechWindow, VoiceActivityDetector
+from whosaid.decoding import (
+    DecodingOptions,
+    GreedyWhisperDecoder,
+    is_repetitive,
+    is_silence,
+    needs_fallback,
+    split_segments,
+)
+from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError
+from whosaid.results import Chunk, Word
+from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
+from whosaid.word_timing import SegmentTokens, WordTimer
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +40,12 @@ BATCHED = "batched"
 # sample (whisper-base, VAD window: greedy 2.2 s, WER 0.173, four segments; beams 6.8 s, WER
 # 0.21, one 23 s segment); the seed's plain 30 s cut gave 0.296 with beams, 0.53 greedy (loops).
 FALLBACK_NUM_BEAMS = 5
-Span = tuple[Optional[float], Optional[float], str]
+# With per-window languages, a pause this long between speech regions (about 1 s of silence:
+# the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
+# a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
+LANGUAGE_SWITCH_PAUSE_S = 0.6
+#: (start_s, end_s, text, words, language) of a piece of transcript; words empty unless timed.
+Span = tuple[Optional[float], Optional[float], str, tuple[Word, ...], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -195,6 +210,7 @@ class SpeechRecognizer:
         self.assistant = assistant
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
         self.decoder = GreedyWhisperDecoder(model)
+        self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
         self.is_multilingual = bool(getattr(generation_config, "is_multilingual", False)) and bool(
             getattr(generation_config, "lang_to_id", None)
@@ -240,22 +256,40 @@ class SpeechRecognizer:
             return self.has_assistant and duration_s <= config.chunk_length_s
         return bool(config.assisted)
 
+    def decoding_options(self, config: InferenceConfig) -> DecodingOptions:
+        """The request's decoder options, checked against this model."""
+        language = self._resolve_language(config)
+        return DecodingOptions(
+            task=config.task,
+            language=language,
+            # A given language forces one; an English-only model has nothing to detect.
+            multilingual=config.multilingual and language is None and self.is_multilingual,
+            initial_prompt=config.initial_prompt,
+            hotwords=config.hotwords,
+            word_timestamps=config.return_timestamps == "word",
+        )
+
     def transcribe(
         self, audio: Audio, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
     ) -> AsrOutput:
         """`should_stop` is checked before each window batch: a job stopped there (time budget
         spent, client gone, shutdown) raises its JobStoppedError and frees the models."""
-        language = self._resolve_language(config)
+        options = self.decoding_options(config)
+        language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
-        windows = self.vad.windows(audio.samples, config.chunk_length_s)
+        windows = self._windows(audio, config.chunk_length_s, multilingual=options.multilingual)
         batch_size = 1 if assisted else config.effective_batch_size
+        batches = [windows[first : first + batch_size] for first in range(0, len(windows), batch_size)]
+        if options.initial_prompt and len(batches[0] if batches else ()) > 1:
+            # The prompt conditions the first window only: it is decoded on its own.
+            batches = [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
         spans: list[Span] = []
-        for first in range(0, len(windows), batch_size):
+        for number, batch in enumerate(batches):
             if should_stop is not None:
                 should_stop.check()
-            batch = windows[first : first + batch_size]
+            previous = self._previous_tokens(options, first_window=number == 0)
             batch_spans, language = self._transcribe_windows(
-                audio, batch, language, config.task, assistant=self.assistant if assisted else None
+                audio, batch, language, options, previous, assistant=self.assistant if assisted else None
             )
             spans += batch_spans
         return AsrOutput(
@@ -263,6 +297,28 @@ class SpeechRecognizer:
             language=language or self._default_language(),
             decoding=ASSISTED if assisted else BATCHED,
         )
+
+    def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
+        if not multilingual:
+            return self.vad.windows(audio.samples, max_window_s)
+        windows: list[SpeechWindow] = []
+        group: list[tuple[float, float]] = []
+        for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
+            if group and region[0] - group[-1][1] >= LANGUAGE_SWITCH_PAUSE_S:
+                windows += plan_windows(group, max_window_s)
+                group = []
+            group.append(region)
+        return windows + plan_windows(group, max_window_s)
+
+    def _previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
+        """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
+        window, then the initial prompt on the first (GreedyWhisperDecoder.prompt keeps the last
+        223 tokens)."""
+        texts = [options.hotwords] + ([options.initial_prompt] if first_window else [])
+        tokenizer = self.processor.tokenizer
+        return [
+            token for text in texts if text for token in tokenizer.encode(" " + text, add_special_tokens=False)
+        ]
 
     def _default_language(self) -> Optional[str]:
         return None if self.is_multilingual else "en"
@@ -291,13 +347,13 @@ class SpeechRecognizer:
             )
         return code
 
-    def _detect_language(self, encoder_states: Any) -> str:
-        """The language of the first speech window, kept for every window: per-window detection
-        makes Whisper switch languages mid-recording. Reads the encoder output already computed."""
+    def _detect_languages(self, encoder_states: Any) -> list[str]:
+        """The language of each window, read from the encoder output already computed."""
         from transformers.modeling_outputs import BaseModelOutput
 
-        token_ids = self.model.detect_language(encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states[:1]))
-        return self.processor.tokenizer.convert_ids_to_tokens(int(token_ids[0])).strip("<|>")
+        token_ids = self.model.detect_language(encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states))
+        tokens = self.processor.tokenizer.convert_ids_to_tokens([int(token) for token in token_ids])
+        return [token.strip("<|>") for token in tokens]
 
     def _generate_kwargs(self, language: Optional[str], task: str) -> dict[str, Any]:
         if not self.is_multilingual:
@@ -316,58 +372,115 @@ class SpeechRecognizer:
         audio: Audio,
         windows: Sequence[SpeechWindow],
         language: Optional[str],
-        task: str,
+        options: DecodingOptions,
+        previous: Sequence[int] = (),
         *,
         assistant: Any = None,
     ) -> tuple[list[Span], Optional[str]]:
         """Greedy tokens for each window (the lean batched loop, or speculative decoding with
-        `assistant`), beam search where Whisper's checks fail, silence dropped. Returns the spans
-        on the audio's time line and the language (detected on the first window when unknown)."""
+        `assistant`), conditioned on `previous` text tokens, beam search where Whisper's checks
+        fail, silence dropped, words timed when `options` asks. Returns the spans on the audio's
+        time line and the language: detected on the first window when unknown and kept, unless
+        `options.multilingual` detects each window's own."""
         import torch
 
+        task = options.task
         features = self._features([window.samples(audio.samples) for window in windows])
         with torch.inference_mode():
             encoder_states = self.model.get_encoder()(features).last_hidden_state
-            if self.is_multilingual and language is None:
-                language = self._detect_language(encoder_states)
-            prompt = self.decoder.prompt(language, task)
-            if assistant is None:
-                results = self.decoder.decode(encoder_states, prompt, is_repeating=self._is_repeating)
+            if options.multilingual:
+                languages: list[Optional[str]] = list(self._detect_languages(encoder_states))
+                language = language or languages[0]
             else:
-                drafts = self._generate_tokens(features, encoder_states, language, task, assistant_model=assistant)
-                results = [
-                    self.decoder.score(encoder_states[index : index + 1], prompt, tokens)
-                    for index, tokens in enumerate(drafts)
-                ]
+                if self.is_multilingual and language is None:
+                    language = self._detect_languages(encoder_states[:1])[0]
+                languages = [language] * len(windows)
+            results: list[Any] = [None] * len(windows)
+            for rows, prompt in self._prompt_groups(languages, task, previous):
+                if assistant is None:
+                    decoded = self.decoder.decode(encoder_states[rows], prompt, is_repeating=self._is_repeating)
+                else:
+                    drafts = self._generate_tokens(
+                        features[rows], encoder_states[rows], languages[rows[0]], task, previous, assistant_model=assistant
+                    )
+                    decoded = [
+                        self.decoder.score(encoder_states[row : row + 1], prompt, row_tokens)
+                        for row, row_tokens in zip(rows, drafts)
+                    ]
+                for row, result in zip(rows, decoded):
+                    results[row] = result
             tokens = [list(result.tokens) for result in results]
             retry = [
                 index
                 for index, result in enumerate(results)
                 if not is_silence(result) and needs_fallback(result, self._text(result.tokens))
             ]
-            if retry:
-                for index, beam_tokens in zip(
-                    retry,
-                    self._generate_tokens(
-                        features[retry], encoder_states[retry], language, task, num_beams=FALLBACK_NUM_BEAMS
-                    ),
-                ):
+            for rows, _ in self._prompt_groups([languages[index] for index in retry], task, previous):
+                rows = [retry[row] for row in rows]
+                beams = self._generate_tokens(
+                    features[rows], encoder_states[rows], languages[rows[0]], task, previous, num_beams=FALLBACK_NUM_BEAMS
+                )
+                for index, beam_tokens in zip(rows, beams):
                     tokens[index] = beam_tokens
-        spans: list[Span] = []
-        for window, result, window_tokens in zip(windows, results, tokens):
-            if is_silence(result):
-                continue
-            spans += self._spans(window, window_tokens)
+            speech = [index for index, result in enumerate(results) if not is_silence(result)]
+            segments = {index: self._segments(windows[index], tokens[index]) for index in speech}
+            words: dict[int, list[tuple[SegmentTokens, tuple[Word, ...]]]] = {
+                index: [(segment, ()) for segment in segments[index]] for index in speech
+            }
+            if options.word_timestamps and speech:
+                timed = self.word_timer.window_words(
+                    encoder_states[speech],
+                    # Aligned without the previous text, as openai/whisper does.
+                    [self.decoder.prompt(languages[index], task) for index in speech],
+                    [segments[index] for index in speech],
+                    [windows[index].start_s for index in speech],
+                    [len(windows[index].samples(audio.samples)) for index in speech],
+                    [languages[index] for index in speech],
+                )
+                words.update(zip(speech, timed))
+        spans = [
+            (
+                segment.start_s,
+                segment.end_s,
+                self._decode(segment.tokens),
+                segment_words,
+                languages[index] or self._default_language(),
+            )
+            for index in speech
+            for segment, segment_words in words[index]
+        ]
         return spans, language
 
+    def _prompt_groups(
+        self, languages: Sequence[Optional[str]], task: str, previous: Sequence[int]
+    ) -> list[tuple[list[int], list[int]]]:
+        """Rows that share a decoder prompt (one per language), with that prompt."""
+        groups: dict[Optional[str], list[int]] = {}
+        for row, language in enumerate(languages):
+            groups.setdefault(language, []).append(row)
+        return [(rows, self.decoder.prompt(language, task, previous)) for language, rows in groups.items()]
+
     def _generate_tokens(
-        self, features: Any, encoder_states: Any, language: Optional[str], task: str, **kwargs: Any
+        self,
+        features: Any,
+        encoder_states: Any,
+        language: Optional[str],
+        task: str,
+        previous: Sequence[int] = (),
+        **kwargs: Any,
     ) -> list[list[int]]:
         """transformers' Whisper `generate` on windows already encoded (beam search, speculative
-        decoding): the generated tokens of each window, without prompt and end-of-text. One
-        generate call per window batch, so nothing after the window is decoded."""
+        decoding), conditioned on `previous` text tokens as the lean loop is: the generated
+        tokens of each window, without prompt and end-of-text. One generate call per window
+        batch, so nothing after the window is decoded."""
+        import torch
         from transformers.modeling_outputs import BaseModelOutput
 
+        prompt = self.decoder.prompt(language, task, previous)
+        if previous:
+            # <|startofprev|> and the text, exactly as GreedyWhisperDecoder.prompt puts them.
+            start_sequence_length = len(self.decoder.prompt(language, task))
+            kwargs["prompt_ids"] = torch.tensor(prompt[:-start_sequence_length], device=features.device)
         output = self.model.generate(
             features,
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
@@ -377,11 +490,12 @@ class SpeechRecognizer:
             **self._generate_kwargs(language, task),
             **kwargs,
         )
-        prompt_length = len(self.decoder.prompt(language, task))
         eos = self.decoder.eos_token_id
         tokens = []
         for sequence in output.sequences.tolist():
-            generated = sequence[prompt_length:]
+            if sequence[: len(prompt)] != prompt:
+                raise InferenceError(f"generate did not start from the prompt {prompt}: {sequence[: len(prompt)]}")
+            generated = sequence[len(prompt) :]
             tokens.append(generated[: generated.index(eos)] if eos in generated else generated)
         return tokens
 
@@ -393,15 +507,24 @@ class SpeechRecognizer:
     def _is_repeating(self, tokens: list[int]) -> bool:
         return is_repetitive(self._text(tokens))
 
-    def _spans(self, window: SpeechWindow, tokens: Sequence[int]) -> list[Span]:
+    def _segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
         """A window's segments on the audio's time line. Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
-        spans: list[Span] = []
+        segments = []
         for start_s, end_s, text_tokens in split_segments(tokens, self.decoder.timestamp_begin):
             start = min(window.start_s + (start_s or 0.0), window.end_s)
             end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
-            spans.append((start, end, self.processor.tokenizer.decode(text_tokens, skip_special_tokens=True)))
-        return spans
+            segments.append(SegmentTokens(tuple(text_tokens), start, end))
+        return segments
+
+    def _decode(self, text_tokens: Sequence[int]) -> str:
+        return self.processor.tokenizer.decode(list(text_tokens), skip_special_tokens=True)
+
+    def _spans(self, window: SpeechWindow, tokens: Sequence[int], language: Optional[str]) -> list[Span]:
+        return [
+            (segment.start_s, segment.end_s, self._decode(segment.tokens), (), language or self._default_language())
+            for segment in self._segments(window, tokens)
+        ]
 
     def _transcribe_generate(
         self, audio: Audio, generate_kwargs: dict[str, Any], *, assistant: Any = None
@@ -419,25 +542,37 @@ class SpeechRecognizer:
                 encoder_states = self.model.get_encoder()(features).last_hidden_state
                 kwargs = {"assistant_model": assistant} if assistant is not None else {}
                 (tokens,) = self._generate_tokens(features, encoder_states, language, task, **kwargs)
-            spans += self._spans(window, tokens)
+            spans += self._spans(window, tokens, language)
         return clean_chunks(spans, audio.duration_s)
 
 
-def clean_chunks(
-    spans: list[tuple[Optional[float], Optional[float], str]], duration_s: float
-) -> tuple[Chunk, ...]:
+def clean_chunks(spans: Sequence[Sequence[Any]], duration_s: float) -> tuple[Chunk, ...]:
     """Whisper's timestamps, made safe for speaker alignment: a missing start follows the previous
     chunk, a missing final end is the end of the audio, times stay within the audio and never go
-    backwards. Text is kept as decoded, empty chunks dropped."""
+    backwards. Text is kept as decoded, empty chunks dropped. Spans are (start_s, end_s, text)
+    or (start_s, end_s, text, words, language); words are kept inside their chunk and in order, and a chunk
+    starts no earlier than the previous chunk's words end."""
     chunks: list[Chunk] = []
     previous_end = 0.0
-    for start, end, text in spans:
+    previous_word_end = 0.0
+    for span in spans:
+        start, end, text = span[0], span[1], span[2]
+        words: Sequence[Word] = span[3] if len(span) > 3 else ()
+        language: Optional[str] = span[4] if len(span) > 4 else None
         if not text.strip():
             continue
         start_s = previous_end if start is None else float(start)
         end_s = duration_s if end is None else float(end)
-        start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0), duration_s)
+        # Never before the previous chunk, nor before its words end (a piece of it may open a
+        # speaker segment at one of its words).
+        start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0, previous_word_end), duration_s)
         end_s = min(max(end_s, start_s), duration_s)
-        chunks.append(Chunk(start_s=start_s, end_s=end_s, text=text))
+        kept_words = []
+        for word in words:
+            word_start_s = min(max(word.start_s, start_s, previous_word_end), end_s)
+            word_end_s = min(max(word.end_s, word_start_s), end_s)
+            kept_words.append(Word(word.text, word_start_s, word_end_s, word.probability))
+            previous_word_end = word_end_s
+        chunks.append(Chunk(start_s=start_s, end_s=end_s, text=text, words=tuple(kept_words), language=language))
         previous_end = end_s
     return tuple(chunks)

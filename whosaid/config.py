@@ -27,6 +27,8 @@ from whosaid.errors import InvalidParametersError
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
 DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
+# A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
+MAX_PROMPT_CHARS = 2_000
 # Shorter windows give Whisper too little context to be worth a pass each, and multiply the work:
 # 0.001 s windows turned an 8 s file into 8016 windows (~2 h of decoding).
 MIN_CHUNK_LENGTH_S = 5.0
@@ -164,6 +166,28 @@ class InferenceConfig(BaseModel):
     language: Optional[str] = Field(
         default=None, description="spoken language (code such as 'en' or name); detected when absent"
     )
+    multilingual: bool = Field(
+        default=False,
+        description="detect the language of every speech window (each chunk then says its "
+        "language) instead of once, on the first window; a given language still forces one",
+    )
+    initial_prompt: Optional[str] = Field(
+        default=None,
+        max_length=MAX_PROMPT_CHARS,
+        description="text that conditions the first window, as if it had been said just before "
+        "(spellings, names, style); faster-whisper's initial_prompt, OpenAI's prompt",
+    )
+    hotwords: Optional[str] = Field(
+        default=None,
+        max_length=MAX_PROMPT_CHARS,
+        description="words or phrases to favour, given to every window as previous text "
+        "(faster-whisper's hotwords)",
+    )
+    return_timestamps: Literal["segment", "word"] = Field(
+        default="segment",
+        description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
+        "also lists its words with their own start, end and probability",
+    )
     num_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
     min_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
     max_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
@@ -175,6 +199,26 @@ class InferenceConfig(BaseModel):
             value = value.strip().lower()
             return value or None
         return value
+
+    @field_validator("initial_prompt", "hotwords", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @field_validator("return_timestamps", mode="before")
+    @classmethod
+    def _parse_return_timestamps(cls, value: Any) -> Any:
+        # The transformers ASR pipeline's convention: true (segments) or "word".
+        if value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "segment")):
+            return "segment"
+        if isinstance(value, str) and value.strip().lower() == "word":
+            return "word"
+        raise ValueError(
+            "return_timestamps must be true or 'segment' (chunks with their times; the default) or "
+            "'word' (chunks with their words' times too); chunks always carry timestamps"
+        )
 
     @field_validator("assisted", mode="before")
     @classmethod

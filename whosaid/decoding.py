@@ -35,6 +35,25 @@ REPETITION_CHECK_FROM = 64
 
 
 @dataclass(frozen=True)
+class DecodingOptions:
+    """What one request asks of the decoder, built once from its InferenceConfig (in the manner
+    of openai/whisper's DecodingOptions) and passed down to every window."""
+
+    task: str = "transcribe"
+    #: The spoken language, forced for every window; None: detected.
+    language: Optional[str] = None
+    #: Detect the language of every window rather than once, on the first window.
+    multilingual: bool = False
+    #: Text that conditions the first window, as the previous window's text would
+    #: (<|startofprev|> text <|startoftranscript|> ..., faster-whisper's `initial_prompt`).
+    initial_prompt: Optional[str] = None
+    #: Words to favour, placed the same way on every window (faster-whisper's `hotwords`).
+    hotwords: Optional[str] = None
+    #: Compute word timestamps for the decoded windows (one extra decoder pass per batch).
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
 class WindowTokens:
     """What greedy decoding produced for one window."""
 
@@ -98,6 +117,11 @@ class GreedyWhisperDecoder:
         # <|nospeech|> sits just before <|notimestamps|> in every Whisper vocabulary.
         self.no_speech_token_id = int(generation_config.no_timestamps_token_id) - 1
         self.max_target_positions = int(model.config.max_target_positions)
+        # openai/whisper keeps at most half the context for the previous text (223 of 448).
+        self.max_previous_tokens = self.max_target_positions // 2 - 1
+        prev_sot = getattr(generation_config, "prev_sot_token_id", None)
+        # <|startofprev|> sits just before <|startoftranscript|> in every Whisper vocabulary.
+        self.prev_sot_token_id = int(prev_sot) if prev_sot is not None else int(generation_config.decoder_start_token_id) - 1
 
     def max_length(self, prompt_length: int) -> int:
         """Where generate stops a window, prompt included. transformers 5 adds the prompt to
@@ -110,11 +134,16 @@ class GreedyWhisperDecoder:
             max_length += prompt_length
         return min(max_length, self.max_target_positions)
 
-    def prompt(self, language: Optional[str], task: str) -> list[int]:
+    def prompt(self, language: Optional[str], task: str, previous: Sequence[int] = ()) -> list[int]:
         """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
-        tokens `generate` starts from when timestamps are on."""
+        tokens `generate` starts from when timestamps are on. With `previous` text tokens (a
+        prompt, hotwords), Whisper's convention for the previous window's text goes first:
+        <|startofprev|> and at most the last MAX_PREVIOUS_TOKENS of them."""
         config = self.generation_config
-        prompt = [int(config.decoder_start_token_id)]
+        prompt = []
+        if previous:
+            prompt = [self.prev_sot_token_id, *list(previous)[-self.max_previous_tokens :]]
+        prompt.append(int(config.decoder_start_token_id))
         if getattr(config, "is_multilingual", False) and getattr(config, "lang_to_id", None):
             if language is not None:
                 prompt.append(int(config.lang_to_id[f"<|{language}|>"]))
@@ -151,6 +180,7 @@ class GreedyWhisperDecoder:
         device = encoder_states.device
         batch = encoder_states.shape[0]
         begin_index = len(prompt)
+        start_of_transcript = _start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))
         max_length = self.max_length(begin_index)
         processors = self._logits_processors(begin_index, device)
         sequences = torch.tensor([list(prompt)] * batch, dtype=torch.long, device=device)
@@ -167,7 +197,7 @@ class GreedyWhisperDecoder:
             ).last_hidden_state
             logits = self.model.proj_out(hidden)  # (rows, positions, vocabulary)
             if no_speech is None:  # the first step, which reads the whole prompt
-                no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id]
+                no_speech = logits[:, start_of_transcript].float().softmax(-1)[:, self.no_speech_token_id]
             scores = _processed_scores(processors, sequences, logits[:, -1, :])
             next_tokens = scores.argmax(-1)
             logprobs = scores.log_softmax(-1).gather(1, next_tokens[:, None]).squeeze(1)
@@ -234,8 +264,18 @@ class GreedyWhisperDecoder:
         return WindowTokens(
             tokens=tuple(tokens),
             avg_logprob=sum_logprobs / (len(tokens) + 1),
-            no_speech_prob=float(logits[0].float().softmax(-1)[self.no_speech_token_id]),
+            no_speech_prob=float(
+                logits[_start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))]
+                .float()
+                .softmax(-1)[self.no_speech_token_id]
+            ),
         )
+
+
+def _start_of_transcript(prompt: Sequence[int], start_token_id: int) -> int:
+    """Where <|startoftranscript|> is in a prompt: after the previous text, when there is one.
+    The no-speech probability is read there, as openai/whisper does."""
+    return len(prompt) - 1 - list(prompt)[::-1].index(start_token_id)
 
 
 def _processed_scores(processors: Any, sequences: Any, logits: Any) -> Any:

@@ -121,7 +121,10 @@ class Engine:
                 warnings=tuple(warnings),
             )
         with _translate_failures("speech recognition"):
-            asr = self.recognizer.transcribe(audio, config, should_stop=should_stop)
+            # Speakers are attributed word by word, so a diarizer needs the words' times (the
+            # response lists them only when the request asked).
+            asr_config = config.model_copy(update={"return_timestamps": "word"}) if self.diarizer is not None else config
+            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop)
         speakers, turns = (), ()
         if self.diarizer is not None:
             if should_stop is not None:
@@ -139,6 +142,8 @@ class Engine:
             diarized=self.diarizer is not None,
             decoding=asr.decoding,
             warnings=tuple(warnings),
+            word_timestamps=config.return_timestamps == "word",
+            multilingual=config.multilingual,
         )
 
 

@@ -59,6 +59,14 @@ class VerboseSegment(BaseModel):
     )
 
 
+class VerboseWord(BaseModel):
+    """OpenAI's `TranscriptionWord`: a word without its leading space, with its times."""
+
+    word: str
+    start: float = Field(description="seconds from the start of the audio")
+    end: float = Field(description="seconds from the start of the audio")
+
+
 class VerboseTranscription(BaseModel):
     """`response_format=verbose_json`: OpenAI's `TranscriptionVerbose` / `TranslationVerbose`."""
 
@@ -70,6 +78,9 @@ class VerboseTranscription(BaseModel):
     duration: float = Field(description="duration of the input audio in seconds")
     text: str
     segments: list[VerboseSegment]
+    words: Optional[list[VerboseWord]] = Field(
+        default=None, exclude_if=_is_none, description="with timestamp_granularities[]=word"
+    )
     usage: DurationUsage
     warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
 
@@ -143,12 +154,20 @@ def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> Ver
     ]
     # A translation's text is English whatever was spoken (OpenAI reports it that way too).
     language = "english" if task == "translate" else language_name(transcript.language)
+    words = None
+    if transcript.word_timestamps:
+        words = [
+            VerboseWord(word=word.text.strip(), start=_seconds(word.start_s), end=_seconds(word.end_s))
+            for chunk in transcript.chunks
+            for word in chunk.words
+        ]
     return VerboseTranscription(
         task=task,
         language=language,
         duration=_seconds(transcript.duration_s),
         text=transcript.text,
         segments=segments,
+        words=words,
         usage=_usage(transcript),
         warnings=_warnings(transcript),
     )

@@ -7,15 +7,42 @@ from typing import Any, Optional
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word with its time span (seconds from the start of the audio) and the mean probability
+    of its tokens. `text` keeps its leading space, so a chunk's words join into its text."""
+
+    text: str
+    start_s: float
+    end_s: float
+    probability: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "timestamp": [round(self.start_s, 3), round(self.end_s, 3)],
+            "probability": round(self.probability, 4),
+        }
+
+
+@dataclass(frozen=True)
 class Chunk:
-    """A piece of transcript with its time span in seconds from the start of the audio."""
+    """A piece of transcript with its time span in seconds from the start of the audio, and its
+    words when word timestamps were computed."""
 
     start_s: float
     end_s: float
     text: str
+    words: tuple[Word, ...] = ()
+    #: Language of the text (Whisper's code), when known.
+    language: Optional[str] = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"timestamp": [round(self.start_s, 3), round(self.end_s, 3)], "text": self.text}
+    def to_dict(self, *, words: bool = False, language: bool = False) -> dict[str, Any]:
+        response: dict[str, Any] = {"timestamp": [round(self.start_s, 3), round(self.end_s, 3)], "text": self.text}
+        if words:
+            response["words"] = [word.to_dict() for word in self.words]
+        if language and self.language is not None:
+            response["language"] = self.language
+        return response
 
 
 @dataclass(frozen=True)
@@ -59,12 +86,18 @@ class Transcript:
     #: "assisted" (speculative decoding at batch size 1) or "batched"; None when nothing was decoded.
     decoding: Optional[str] = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: The request asked for word timestamps: each chunk's `words` are part of the response.
+    word_timestamps: bool = False
+    #: Languages were detected per window: each chunk says its own language.
+    multilingual: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The seed-compatible response: text, chunks, speakers, plus language and warnings."""
         response: dict[str, Any] = {
             "text": self.text,
-            "chunks": [chunk.to_dict() for chunk in self.chunks],
+            "chunks": [
+                chunk.to_dict(words=self.word_timestamps, language=self.multilingual) for chunk in self.chunks
+            ],
             "speakers": [segment.to_dict() for segment in self.speakers],
         }
         if self.language is not None:

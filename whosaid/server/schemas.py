@@ -39,9 +39,21 @@ class InferenceRequest(BaseModel):
     ] = None
 
 
+class TranscriptWord(BaseModel):
+    text: str = Field(description="the word with its leading space; a chunk's words join into its text")
+    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
+    probability: float = Field(description="mean probability of the word's tokens")
+
+
 class TranscriptChunk(BaseModel):
     timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
     text: str
+    words: Optional[list[TranscriptWord]] = Field(
+        default=None, exclude_if=_is_none, description="with return_timestamps='word'"
+    )
+    language: Optional[str] = Field(
+        default=None, exclude_if=_is_none, description="the chunk's language, with multilingual=true"
+    )
 
 
 class TranscriptSpeakerSegment(BaseModel):

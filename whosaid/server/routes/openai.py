@@ -2,8 +2,10 @@
 openai SDK (and tools built on it) can use this server by changing `base_url`.
 
 Multipart form as OpenAI takes it. `model` is accepted and ignored (the server runs the models it
-loaded). Whisper prompts, sampling temperatures and word timestamps are not supported: they are
-accepted and reported as warnings rather than refused, so that existing clients keep working.
+loaded). `prompt` conditions the first window (the handler's `initial_prompt`);
+`timestamp_granularities[]=word` adds OpenAI's `words` to verbose_json. Sampling
+temperatures are not supported: they are accepted and reported as warnings rather than refused,
+so that existing clients keep working.
 Speaker-count hints (num_speakers, min_speakers, max_speakers) are extra form fields.
 """
 
@@ -52,7 +54,9 @@ class AudioForm(BaseModel):
     language: Optional[str] = Field(
         default=None, description="spoken language (ISO-639-1 such as 'en'); detected when absent"
     )
-    prompt: Optional[str] = Field(default=None, description="not supported: ignored with a warning")
+    prompt: Optional[str] = Field(
+        default=None, description="text that conditions the first window (spellings, names, style)"
+    )
     response_format: ResponseFormat = Field(
         default="json",
         description="json, text, srt, vtt, verbose_json; diarized_json and rttm need a diarization model",
@@ -63,7 +67,7 @@ class AudioForm(BaseModel):
     timestamp_granularities: list[Literal["word", "segment"]] = Field(
         default_factory=list,
         alias="timestamp_granularities[]",
-        description="segment timestamps are always given; word timestamps are not available",
+        description="segment timestamps are always given; 'word' adds `words` to verbose_json",
     )
     stream: bool = Field(default=False, description="streaming is not supported")
     num_speakers: Optional[int] = Field(default=None, description="exact number of speakers")
@@ -75,20 +79,23 @@ class AudioForm(BaseModel):
         values = {
             "task": task,
             "language": self.language,
+            "initial_prompt": self.prompt,
+            "return_timestamps": "word" if self.wants_words() else None,
             "num_speakers": self.num_speakers,
             "min_speakers": self.min_speakers,
             "max_speakers": self.max_speakers,
         }
         return {name: value for name, value in values.items() if value is not None}
 
+    def wants_words(self) -> bool:
+        return "word" in self.timestamp_granularities and self.response_format == "verbose_json"
+
     def ignored(self) -> list[str]:
         warnings = []
-        if self.prompt:
-            warnings.append("prompt is not supported by this server and was ignored")
         if self.temperature > 0:
             warnings.append("temperature was ignored: decoding here is deterministic")
-        if "word" in self.timestamp_granularities:
-            warnings.append("word timestamps are not available; segments carry the timestamps")
+        if "word" in self.timestamp_granularities and not self.wants_words():
+            warnings.append("word timestamps come with response_format=verbose_json; they were not computed")
         return warnings
 
 

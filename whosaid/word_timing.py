@@ -1,0 +1,394 @@
+"""Word timestamps from Whisper's cross-attention, the method of openai/whisper's timing.py
+(and faster-whisper's port of it).
+
+For windows already decoded, one batched teacher-forced decoder pass over
+<|startoftranscript|> <|lang|> <|task|> <|notimestamps|> text <|endoftext|> gives the
+cross-attention of the alignment heads (the heads whose attention follows the audio, listed in
+the generation config); normalised over tokens, median-filtered and averaged over heads it is a
+token x audio-frame similarity, and dynamic time warping through it says at which frame each
+token starts. Tokens are grouped into words (spaces, or characters for languages written without
+them), punctuation joins its word, and the same heuristics as openai/whisper cut over-long
+words at sentence and segment boundaries.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from whosaid.results import Word
+
+# openai/whisper's constants (timing.py, transcribe.py).
+MEDIAN_FILTER_WIDTH = 7
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+SENTENCE_END_MARKS = ".。!！?？"
+HOP_LENGTH_SAMPLES = 160  # one log-mel frame is 10 ms; the encoder halves it: 50 frames a second
+ENCODER_FRAMES_PER_S = 50
+LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
+
+
+@dataclass
+class _Timing:
+    """A word while it is built (punctuation merging empties some words in place)."""
+
+    text: str
+    tokens: list[int]
+    start_s: float
+    end_s: float
+    probability: float
+
+
+@dataclass(frozen=True)
+class SegmentTokens:
+    """One Whisper segment of a window: its text tokens and its timestamps (on the audio's
+    time line; None where Whisper gave none)."""
+
+    tokens: tuple[int, ...]
+    start_s: float
+    end_s: float
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """openai/whisper's dynamic time warping (dtw_cpu) with its tie-breaking, vectorised over
+    the anti-diagonals. Returns (token indices, frame indices) of the cheapest monotonic path."""
+    rows, columns = cost.shape
+    total = np.full((rows + 1, columns + 1), np.inf, dtype=np.float64)
+    trace = np.full((rows + 1, columns + 1), -1, dtype=np.int8)
+    total[0, 0] = 0.0
+    for diagonal in range(2, rows + columns + 1):
+        i = np.arange(max(1, diagonal - columns), min(rows, diagonal - 1) + 1)
+        j = diagonal - i
+        c0, c1, c2 = total[i - 1, j - 1], total[i - 1, j], total[i, j - 1]
+        take_diagonal = (c0 < c1) & (c0 < c2)
+        take_up = ~take_diagonal & (c1 < c0) & (c1 < c2)
+        step = np.where(take_diagonal, 0, np.where(take_up, 1, 2))
+        best = np.where(take_diagonal, c0, np.where(take_up, c1, c2))
+        total[i, j] = cost[i - 1, j - 1] + best
+        trace[i, j] = step
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j = rows, columns
+    path: list[tuple[int, int]] = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        move = trace[i, j]
+        if move == 0:
+            i, j = i - 1, j - 1
+        elif move == 1:
+            i -= 1
+        else:
+            j -= 1
+    indices = np.array(path[::-1]).T
+    return indices[0], indices[1]
+
+
+def median_filter(weights: Any, width: int) -> Any:
+    """Median over the last axis with reflected edges (openai/whisper's median_filter)."""
+    import torch.nn.functional as F
+
+    pad = width // 2
+    if weights.shape[-1] <= pad:
+        return weights
+    padded = F.pad(weights[None], (pad, pad, 0, 0), mode="reflect")[0]
+    return padded.unfold(-1, width, 1).sort()[0][..., pad]
+
+
+class WordTimer:
+    """Word timestamps for a Whisper model whose generation config lists its alignment heads."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        generation_config = model.generation_config
+        config = model.config
+        heads = [
+            (int(layer), int(head))
+            for layer, head in getattr(generation_config, "alignment_heads", None) or []
+            if int(layer) < config.decoder_layers and int(head) < config.decoder_attention_heads
+        ]
+        # Without (valid) heads, openai/whisper's fallback: every head of the second half of the
+        # decoder layers. A model's own list is what makes word times good.
+        self.alignment_heads = heads or [
+            (layer, head)
+            for layer in range(config.decoder_layers // 2, config.decoder_layers)
+            for head in range(config.decoder_attention_heads)
+        ]
+        self.eot_token_id = int(generation_config.eos_token_id)
+        self.no_timestamps_token_id = int(generation_config.no_timestamps_token_id)
+
+    def window_words(
+        self,
+        encoder_states: Any,
+        start_sequences: Sequence[Sequence[int]],
+        segments: Sequence[Sequence[SegmentTokens]],
+        window_starts_s: Sequence[float],
+        window_samples: Sequence[int],
+        languages: Sequence[Optional[str]],
+    ) -> list[list[tuple[SegmentTokens, tuple[Word, ...]]]]:
+        """Words of each window's segments, on the audio's time line. Row r of `encoder_states`
+        is window r, decoded from `start_sequences[r]` (<|startoftranscript|> <|lang|> <|task|>)
+        into `segments[r]`. Returns, per window, each segment with its (start, end) moved to its
+        words' as openai/whisper does, and its words."""
+        token_lists = [
+            [token for segment in window for token in segment.tokens if token < self.eot_token_id]
+            for window in segments
+        ]
+        alignments = self._align(encoder_states, start_sequences, token_lists, window_samples)
+        results = []
+        for window, alignment, offset_s, language in zip(segments, alignments, window_starts_s, languages):
+            results.append(self._segment_words(window, alignment, offset_s, language))
+        return results
+
+    def _align(
+        self,
+        encoder_states: Any,
+        start_sequences: Sequence[Sequence[int]],
+        token_lists: Sequence[list[int]],
+        window_samples: Sequence[int],
+    ) -> list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """(token indices, frame indices, token probabilities) from DTW, per window; None for a
+        window without text. One decoder pass for the whole batch."""
+        import torch
+
+        rows = [index for index, tokens in enumerate(token_lists) if tokens]
+        results: list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [None] * len(token_lists)
+        if not rows:
+            return results
+        sequences = [
+            [*start_sequences[row], self.no_timestamps_token_id, *token_lists[row], self.eot_token_id] for row in rows
+        ]
+        length = max(len(sequence) for sequence in sequences)
+        device = encoder_states.device
+        # Padding on the right: the decoder is causal, so it changes no real position.
+        ids = torch.tensor(
+            [sequence + [self.eot_token_id] * (length - len(sequence)) for sequence in sequences],
+            dtype=torch.long,
+            device=device,
+        )
+        states = encoder_states[rows]
+        decoder = self.model.get_decoder()
+        layers = sorted({layer for layer, _ in self.alignment_heads})
+        queries: dict[int, Any] = {}
+        hooks = [
+            decoder.layers[layer].encoder_attn_layer_norm.register_forward_hook(
+                lambda module, inputs, output, layer=layer: queries.__setitem__(layer, output)
+            )
+            for layer in layers
+        ]
+        try:
+            with torch.inference_mode():
+                hidden = decoder(input_ids=ids, encoder_hidden_states=states, use_cache=False).last_hidden_state
+                logits = self.model.proj_out(hidden)
+                # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames),
+                # over the frames that hold audio (keys are per frame: cutting first is exact).
+                frames = max(self._frames(window_samples[row], states.shape[1]) for row in rows)
+                projected = {}
+                for layer in layers:
+                    attention = decoder.layers[layer].encoder_attn
+                    projected[layer] = (
+                        attention.q_proj(queries[layer]).float() * attention.scaling,
+                        attention.k_proj(states[:, :frames]).float(),
+                    )
+                scores = []
+                for layer, head in self.alignment_heads:
+                    head_dim = decoder.layers[layer].encoder_attn.head_dim
+                    columns = slice(head * head_dim, (head + 1) * head_dim)
+                    query, key = projected[layer]
+                    scores.append(query[..., columns] @ key[..., columns].transpose(-1, -2))
+                attention_logits = torch.stack(scores, dim=1)
+                for position, row in enumerate(rows):
+                    results[row] = self._dtw_row(
+                        attention_logits[position],
+                        logits[position].float(),
+                        len(start_sequences[row]),
+                        token_lists[row],
+                        window_samples[row],
+                    )
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return results
+
+    @staticmethod
+    def _frames(samples: int, available: int) -> int:
+        """Encoder frames that hold the window's audio (openai/whisper: num_frames // 2)."""
+        return max(1, min(available, samples // HOP_LENGTH_SAMPLES // 2))
+
+    def _dtw_row(
+        self, attention_logits: Any, logits: Any, start_length: int, tokens: list[int], samples: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        import torch
+
+        frames = self._frames(samples, attention_logits.shape[-1])
+        token_count = len(tokens)
+        # Rows: <|notimestamps|>, the text tokens, <|endoftext|> (prompt and padding cut off).
+        weights = attention_logits[:, start_length : start_length + token_count + 2, :frames].softmax(dim=-1)
+        std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+        weights = median_filter((weights - mean) / std, MEDIAN_FILTER_WIDTH)
+        matrix = weights.mean(dim=0)[:-1]  # without the <|endoftext|> row
+        token_indices, frame_indices = dtw(-matrix.double().cpu().numpy())
+        probabilities = logits[start_length : start_length + token_count, : self.eot_token_id].softmax(dim=-1)
+        token_probabilities = probabilities[torch.arange(token_count), torch.tensor(tokens)].cpu().numpy()
+        return token_indices, frame_indices, token_probabilities
+
+    def _words(
+        self, tokens: list[int], alignment: tuple[np.ndarray, np.ndarray, np.ndarray], language: Optional[str]
+    ) -> list[_Timing]:
+        """openai/whisper's find_alignment after DTW: a word starts at the frame where its first
+        token's row begins on the path."""
+        token_indices, frame_indices, token_probabilities = alignment
+        words, word_tokens = self._split_words(tokens + [self.eot_token_id], language)
+        if len(word_tokens) <= 1:
+            return []
+        boundaries = np.pad(np.cumsum([len(group) for group in word_tokens[:-1]]), (1, 0))
+        jumps = np.pad(np.diff(token_indices), (1, 0), constant_values=1).astype(bool)
+        jump_times_s = frame_indices[jumps] / ENCODER_FRAMES_PER_S
+        starts_s = jump_times_s[boundaries[:-1]]
+        ends_s = jump_times_s[boundaries[1:]]
+        return [
+            _Timing(word, group, float(start), float(end), float(np.mean(token_probabilities[first:last])))
+            for word, group, start, end, first, last in zip(
+                words, word_tokens, starts_s, ends_s, boundaries[:-1], boundaries[1:]
+            )
+        ]
+
+    def _split_words(self, tokens: list[int], language: Optional[str]) -> tuple[list[str], list[list[int]]]:
+        subwords, subword_tokens = self._split_on_unicode(tokens)
+        if language in LANGUAGES_WITHOUT_SPACES:
+            return subwords, subword_tokens
+        words: list[str] = []
+        word_tokens: list[list[int]] = []
+        for subword, group in zip(subwords, subword_tokens):
+            special = group[0] >= self.eot_token_id
+            if special or subword.startswith(" ") or subword.strip() in string.punctuation or not words:
+                words.append(subword)
+                word_tokens.append(list(group))
+            else:
+                words[-1] += subword
+                word_tokens[-1].extend(group)
+        return words, word_tokens
+
+    def _split_on_unicode(self, tokens: list[int]) -> tuple[list[str], list[list[int]]]:
+        """Cut where the decoded text is whole characters (a character may span tokens)."""
+        decode = self.tokenizer.decode
+        full = decode(tokens)
+        replacement = "\ufffd"
+        words: list[str] = []
+        word_tokens: list[list[int]] = []
+        current: list[int] = []
+        offset = 0
+        for token in tokens:
+            current.append(token)
+            decoded = decode(current)
+            if replacement not in decoded or full[offset + decoded.index(replacement)] == replacement:
+                words.append(decoded)
+                word_tokens.append(current)
+                current = []
+                offset += len(decoded)
+        return words, word_tokens
+
+    def _segment_words(
+        self,
+        segments: Sequence[SegmentTokens],
+        alignment: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        offset_s: float,
+        language: Optional[str],
+    ) -> list[tuple[SegmentTokens, tuple[Word, ...]]]:
+        """openai/whisper's add_word_timestamps for one window."""
+        segment_tokens = [[token for token in segment.tokens if token < self.eot_token_id] for segment in segments]
+        all_tokens = [token for tokens in segment_tokens for token in tokens]
+        timings = self._words(all_tokens, alignment, language) if alignment is not None else []
+        durations = np.array([timing.end_s - timing.start_s for timing in timings])
+        durations = durations[durations.nonzero()]
+        median_s = min(0.7, float(np.median(durations))) if len(durations) else 0.0
+        max_s = median_s * 2
+        if len(durations):
+            # Words at sentence boundaries are no longer than twice the median word.
+            for index in range(1, len(timings)):
+                if timings[index].end_s - timings[index].start_s > max_s:
+                    if timings[index].text in SENTENCE_END_MARKS:
+                        timings[index].end_s = timings[index].start_s + max_s
+                    elif timings[index - 1].text in SENTENCE_END_MARKS:
+                        timings[index].start_s = timings[index].end_s - max_s
+        _merge_punctuations(timings)
+
+        results: list[tuple[SegmentTokens, tuple[Word, ...]]] = []
+        last_speech_s = offset_s
+        index = 0
+        for segment, tokens in zip(segments, segment_tokens):
+            saved = 0
+            words: list[dict[str, Any]] = []
+            while index < len(timings) and saved < len(tokens):
+                timing = timings[index]
+                if timing.text:
+                    words.append(
+                        {
+                            "text": timing.text,
+                            "start": round(offset_s + timing.start_s, 2),
+                            "end": round(offset_s + timing.end_s, 2),
+                            "probability": timing.probability,
+                        }
+                    )
+                saved += len(timing.tokens)
+                index += 1
+            start_s, end_s = segment.start_s, segment.end_s
+            if words:
+                _shorten_words_after_pause(words, last_speech_s, median_s, max_s)
+                if start_s < words[0]["end"] and start_s - 0.5 > words[0]["start"]:
+                    words[0]["start"] = max(0.0, min(words[0]["end"] - median_s, start_s))
+                else:
+                    start_s = words[0]["start"]
+                if end_s > words[-1]["start"] and end_s + 0.5 < words[-1]["end"]:
+                    words[-1]["end"] = max(words[-1]["start"] + median_s, end_s)
+                else:
+                    end_s = words[-1]["end"]
+                last_speech_s = end_s
+            results.append(
+                (
+                    SegmentTokens(segment.tokens, start_s, end_s),
+                    tuple(Word(w["text"], w["start"], w["end"], w["probability"]) for w in words),
+                )
+            )
+        return results
+
+
+def _shorten_words_after_pause(words: list[dict[str, Any]], last_speech_s: float, median_s: float, max_s: float) -> None:
+    """openai/whisper: the first and second word after a pause are no longer than twice the
+    median word (DTW stretches the first word over the silence before it)."""
+    first = words[0]
+    if first["end"] - last_speech_s > median_s * 4 and (
+        first["end"] - first["start"] > max_s or (len(words) > 1 and words[1]["end"] - first["start"] > max_s * 2)
+    ):
+        if len(words) > 1 and words[1]["end"] - words[1]["start"] > max_s:
+            boundary = max(words[1]["end"] / 2, words[1]["end"] - max_s)
+            first["end"] = words[1]["start"] = boundary
+        first["start"] = max(0.0, first["end"] - max_s)
+
+
+def _merge_punctuations(timings: list[_Timing]) -> None:
+    """openai/whisper's merge_punctuations: opening marks join the next word, closing marks the
+    previous one; the emptied words stay (their tokens count) with no text."""
+    i, j = len(timings) - 2, len(timings) - 1
+    while i >= 0:
+        previous, following = timings[i], timings[j]
+        if previous.text.startswith(" ") and previous.text.strip() in PREPEND_PUNCTUATIONS:
+            following.text = previous.text + following.text
+            following.tokens = previous.tokens + following.tokens
+            previous.text, previous.tokens = "", []
+        else:
+            j = i
+        i -= 1
+    i, j = 0, 1
+    while j < len(timings):
+        previous, following = timings[i], timings[j]
+        if not previous.text.endswith(" ") and following.text in APPEND_PUNCTUATIONS:
+            previous.text = previous.text + following.text
+            previous.tokens = previous.tokens + following.tokens
+            following.text, following.tokens = "", []
+        else:
+            i = j
+        j += 1
