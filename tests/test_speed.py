@@ -301,13 +301,17 @@ def test_int8_quantizes_every_linear_layer_and_still_transcribes(tiny_whisper, s
     assert transcript.chunks and all(0 <= c.start_s <= c.end_s <= 8.0 for c in transcript.chunks)
 
 
-def test_int8_on_cuda_is_refused_with_what_to_do(tiny_whisper) -> None:
+def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> None:
+    # float16 on the CPU stands for every set-up int8 is not for: CUDA cannot be tried here, and
+    # DEVICE=cuda without a usable GPU is refused earlier, by the device check.
     from whosaid.config import ModelSettings
     from whosaid.errors import ModelLoadError
     from whosaid.asr import SpeechRecognizer
 
-    settings = ModelSettings(asr_model=str(tiny_whisper("speed-main", seed=5)), device="cuda", quantization="int8")
-    with pytest.raises(ModelLoadError, match="on CUDA keep float16"):
+    settings = ModelSettings(
+        asr_model=str(tiny_whisper("speed-main", seed=5)), device="cpu", dtype="float16", quantization="int8"
+    )
+    with pytest.raises(ModelLoadError, match="on CUDA keep float16 .* on CPU leave DTYPE at auto"):
         SpeechRecognizer.from_settings(settings)
 
 
