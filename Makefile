@@ -39,12 +39,14 @@ $(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt require
 models: $(STAMP)
 	$(PY) scripts/setup_models.py
 
-# espeak-ng speaks one of the converter's test clips; installed when apt is usable (CI runs as root).
+# espeak-ng speaks the tests' conversations; FFmpeg's shared libraries let torchcodec (pyannote's
+# and the transformers pipeline's decoder) load. Installed when apt is usable (CI runs as root).
+SYSTEM_PACKAGES := espeak-ng libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
 system-deps:
-	@command -v espeak-ng >/dev/null 2>&1 || \
+	@{ command -v espeak-ng >/dev/null 2>&1 && ldconfig -p | grep -q libavdevice; } || \
 		{ command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-		  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null; } || \
-		echo "warning: espeak-ng is missing; install it to run every test"
+		  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; } || \
+		echo "warning: install $(SYSTEM_PACKAGES) (Debian 12 names) to run every test"
 
 # Serves the embedded default (models/whisper-base and the built-in diarizer) unless ASR_MODEL says otherwise.
 serve: models
@@ -53,7 +55,7 @@ serve: models
 test: models system-deps
 	$(PY) -m pytest
 
-test-transformers5: models $(STAMP5)
+test-transformers5: models system-deps $(STAMP5)
 	$(VENV5)/bin/python -m pytest -p no:cacheprovider $(CORE_TESTS)
 
 test-fast: models

@@ -85,12 +85,10 @@ def _pruned(affinity: np.ndarray, neighbours: int) -> np.ndarray:
 
 
 def _laplacian_spectrum(graph: np.ndarray, n_values: int) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.linalg import eigh
-
+    """The `n_values` smallest eigenvalues of the graph's Laplacian and their eigenvectors."""
     laplacian = np.diag(graph.sum(axis=1)) - graph
-    n_values = min(n_values, len(graph))
-    values, vectors = eigh(laplacian, subset_by_index=[0, n_values - 1])
-    return values, vectors
+    values, vectors = np.linalg.eigh(laplacian)
+    return values[:n_values], vectors[:, :n_values]
 
 
 def _choose_pruning(affinity: np.ndarray, max_speakers: int, min_neighbours: int) -> tuple[int, int]:
