@@ -171,7 +171,7 @@ def reference_text(utterances: tuple[Utterance, ...] | list[Utterance]) -> str:
 def normalise_text(text: str) -> str:
     """Lowercase, punctuation removed, whitespace collapsed. Apostrophes inside words stay, so
     "I'm" in the hypothesis matches "I'm" in the reference rather than splitting into two
-    words (the same normalisation as the WER in FINDINGS.md and tests/test_handler.py)."""
+    words (the same normalisation as the WER in tests/test_handler.py)."""
     return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
 
 

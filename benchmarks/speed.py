@@ -7,7 +7,7 @@ of that process (VmHWM: what the implementation needs, model included), and word
 against sample.stm. Implementations:
 
   whosaid               this project: Engine, default parameters, language "en"
-  transformers          the seed: pipeline("automatic-speech-recognition", model=DIR) called with
+  transformers          the original handler: pipeline("automatic-speech-recognition", model=DIR) called with
                         chunk_length_s=30, batch_size, return_timestamps=True, language "en"
   faster-whisper-fp32   faster-whisper's BatchedInferencePipeline on the original CTranslate2
   faster-whisper-int8   checkpoint the transformers weights were converted from
@@ -67,7 +67,7 @@ from benchmarks.report import (  # noqa: E402
 )
 
 DEFAULT_MODEL = "whisper-base"
-DEFAULT_BATCH_SIZE = 8  # what FINDINGS.md measured the baselines with
+DEFAULT_BATCH_SIZE = 8  # the batch the baselines were first measured with
 DEFAULT_CLIPS = "30,120"
 SMOKE = {"model": "whisper-tiny.en", "clips": "smoke", "repeats": 1, "warmup": 0}
 WHISPER_WINDOW_S = 30.0  # the assisted modes are compared where they apply: one window
@@ -146,7 +146,7 @@ def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assista
 
 
 def _load_transformers_pipeline(job: Job) -> Runner:
-    """The seed's call, unchanged on CPU. On a GPU it gets the device and fp16, as whosaid does,
+    """The original handler's call, unchanged on CPU. On a GPU it gets the device and fp16, as whosaid does,
     so that the comparison stays about the pipeline and not about the hardware."""
     from transformers import GenerationConfig, pipeline
 
@@ -221,7 +221,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         ),
         Implementation(
             "transformers", "asr",
-            "the seed: pipeline('automatic-speech-recognition', model=DIR)(chunk_length_s=30, "
+            "the original handler: pipeline('automatic-speech-recognition', model=DIR)(chunk_length_s=30, "
             "batch_size, return_timestamps=True, generate_kwargs language en)",
             _load_transformers_pipeline,
         ),
@@ -524,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help=f"whisper-base, whisper-tiny.en or a transformers directory (default {DEFAULT_MODEL})")
     parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (for faster-whisper)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="default %(default)s, as FINDINGS.md")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="default %(default)s")
     parser.add_argument("--repeats", type=int, help="timed runs per implementation and clip (default 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 1)")
     parser.add_argument("--clips", help=f"comma-separated: seconds (multiples of 30), START-END cuts, 'smoke' (default {DEFAULT_CLIPS})")

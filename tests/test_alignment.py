@@ -57,7 +57,7 @@ def test_speaker_change_inside_a_chunk_goes_to_the_longer_speaker() -> None:
 
 
 def test_chunks_after_the_last_turn_are_kept() -> None:
-    # The seed dropped these: its loop ended with the diarizer's segments.
+    # The original handler dropped these: its loop ended with the diarizer's segments.
     chunks = [chunk(0, 2, " One."), chunk(2, 4, " Two."), chunk(8, 9, " Three."), chunk(9, 10, " Four.")]
     turns = [turn(0, 2, "A"), turn(2, 4, "B")]
     assert summary(assign_speakers(chunks, turns)) == [("A", 0, 2, "One."), ("B", 2, 10, "Two. Three. Four.")]

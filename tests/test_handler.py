@@ -99,7 +99,7 @@ def test_speaker_counts_reach_pyannote(handler, sample_audio) -> None:
 
 
 def test_non_16k_audio_gives_speakers_on_the_audio_time_scale(handler, sample_audio) -> None:
-    """The seed told pyannote 16 kHz whatever the file's rate: a 44.1 kHz file came out with
+    """The original handler told pyannote 16 kHz whatever the file's rate: a 44.1 kHz file came out with
     speaker times stretched by 2.76. Audio is decoded to 16 kHz once and pyannote gets that."""
     stereo_44k = encode(resample(sample_audio.samples, 16000, 44100), 44100, "wav", channels=2)
     transcript = handler.engine.run(b64(stereo_44k), {})

@@ -38,7 +38,7 @@ BATCHED = "batched"
 # with 5 beams, as openai/whisper's CLI and the transformers ASR pipeline search; deterministic,
 # no sampling temperatures. Beams everywhere cost ~3x the time and did not pay on pyannote's
 # sample (whisper-base, VAD window: greedy 2.2 s, WER 0.173, four segments; beams 6.8 s, WER
-# 0.21, one 23 s segment); the seed's plain 30 s cut gave 0.296 with beams, 0.53 greedy (loops).
+# 0.21, one 23 s segment); the original handler's plain 30 s cut gave 0.296 with beams, 0.53 greedy (loops).
 FALLBACK_NUM_BEAMS = 5
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
@@ -143,7 +143,7 @@ def _packed_linear_class() -> type:
 def _candidate_whisper_class() -> type:
     """A full Whisper model used as an assistant must draft candidates with plain greedy
     `GenerationMixin.generate`. Whisper's own `generate` re-runs its timestamp and prompt
-    machinery inside the candidate generator, which breaks timestamped output (FINDINGS.md);
+    machinery inside the candidate generator, which breaks timestamped output;
     the main model still verifies every token, so the result stays exactly greedy."""
     from transformers import GenerationMixin, WhisperForConditionalGeneration
 

@@ -26,7 +26,7 @@ from whosaid.errors import InvalidParametersError
 
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
-DEFAULT_BATCH_SIZE = 24  # the seed's default: chunks decoded together on the batched path
+DEFAULT_BATCH_SIZE = 24  # the original handler's default: chunks decoded together on the batched path
 # A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
 MAX_PROMPT_CHARS = 2_000
 # Shorter windows give Whisper too little context to be worth a pass each, and multiply the work:

@@ -92,7 +92,7 @@ class Transcript:
     multilingual: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The seed-compatible response: text, chunks, speakers, plus language and warnings."""
+        """The response of the original handler: text, chunks, speakers, plus language and warnings."""
         response: dict[str, Any] = {
             "text": self.text,
             "chunks": [

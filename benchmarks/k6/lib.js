@@ -17,8 +17,8 @@ export const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8000').replace(/\/+
 const TOKEN = __ENV.HF_TOKEN || __ENV.API_KEY || '';
 const REQUEST_TIMEOUT = __ENV.REQUEST_TIMEOUT || '600s';
 
-// The seed's four scenarios: the assisted ones decode with the assistant at batch size 1, the
-// others batch 24 windows at a time (the seed's default). Names are the custom Trend metrics.
+// The original handler's four scenarios: the assisted ones decode with the assistant at batch size 1, the
+// others batch 24 windows at a time (the original handler's default). Names are the custom Trend metrics.
 export const SCENARIOS = {
   short_assisted: { clip: 'short', parameters: { assisted: true, batch_size: 1 }, decoding: 'assisted' },
   short_not_assisted: { clip: 'short', parameters: { assisted: false, batch_size: 24 }, decoding: 'batched' },
@@ -29,7 +29,7 @@ export const SCENARIOS = {
 // setup() sends a warm-up request, which on a CPU can take minutes (k6's default limit is 60 s).
 export const SETUP_TIMEOUT = __ENV.SETUP_TIMEOUT || '20m';
 
-// Every latency table shows these, as the seed's did.
+// Every latency table shows these, as the original handler's did.
 export const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'count'];
 
 // Requests fail only on transport errors or non-2xx answers; both count against this.

@@ -1,4 +1,4 @@
-// The seed's four scenarios, one request at a time by default: short (~8 s) and long (~60 s)
+// The original handler's four scenarios, one request at a time by default: short (~8 s) and long (~60 s)
 // audio, each assisted (speculative decoding, batch size 1) and not (batch size 24). Every
 // iteration sends each enabled scenario once, in turn, so the latencies never include queueing
 // behind another of our own requests (the ramp script measures that).

@@ -63,7 +63,7 @@ class TranscriptSpeakerSegment(BaseModel):
 
 
 class TranscriptResponse(BaseModel):
-    """`Transcript.to_dict()`: the seed handler's response (text, chunks, speakers) plus language,
+    """`Transcript.to_dict()`: the original handler's response (text, chunks, speakers) plus language,
     duration, decoding path and warnings. Fields the core leaves out are left out here too."""
 
     text: str
