@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.support.conversation import MEETING_SCRIPT, VOICES, Voice, build_conversation, synthesize
-from whosaid.audio import Audio, load_audio_file
+from whosaid.audio import Audio
 from whosaid.builtin_diarizer import BuiltinDiarizer, BuiltinDiarizerOptions
 from whosaid.clustering import MAX_POINTS, SpeakerCount, cluster, estimate_count
 from whosaid.config import ModelSettings

@@ -129,12 +129,12 @@ class BuiltinDiarizer(Diarizer):
             rare = self._rare_voices(windows, embeddings[: len(windows)], raw_speakers, centre, room)
             speakers = np.concatenate([speakers, rare])
         scoring_embeddings = _centred(embeddings[len(windows) :], centre)
-        labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options, count.lowest)
+        labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options)
         for _ in range(self.options.refinements):
             # Each speaker again, from the windows that lie wholly in that speaker's turns: cleaner
             # than the clustering's windows, some of which straddle a change of speaker.
             speakers = _refined(speakers, regions, scoring, scoring_embeddings, labels)
-            labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options, count.lowest)
+            labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options)
         return _turns(regions, labels, audio.duration_s)
 
     def _speech_regions(self, samples: np.ndarray) -> list[tuple[float, float]]:
@@ -362,12 +362,17 @@ def _windows(
 FRAME_S = 0.01
 
 
+def _frame_span(window: _Window, region_start_s: float) -> tuple[int, int]:
+    """The 10 ms frames of its region that a window covers: [first, last)."""
+    first = int(round((window.start_s - region_start_s) / FRAME_S))
+    return first, max(first + 1, int(round((window.end_s - region_start_s) / FRAME_S)))
+
+
 def _frame_labels(
     regions: list[tuple[float, float]],
     windows: list[_Window],
     scores: np.ndarray,
     options: BuiltinDiarizerOptions,
-    lowest_count: int,
 ) -> list[np.ndarray]:
     """A speaker index per 10 ms frame of each region: the speaker the covering windows find
     most similar on average. Regions too short for a window take the nearest labelled frame."""
@@ -381,13 +386,9 @@ def _frame_labels(
             labels.append(np.full(n_frames, -1))
             continue
         total = np.zeros((n_frames, scores.shape[1]))
-        covered = np.zeros(n_frames)
         for window_index in by_region[index]:
-            window = windows[window_index]
-            first = int(round((window.start_s - start_s) / FRAME_S))
-            last = max(first + 1, int(round((window.end_s - start_s) / FRAME_S)))
+            first, last = _frame_span(windows[window_index], start_s)
             total[first:last] += scores[window_index]
-            covered[first:last] += 1
         region_labels = np.argmax(total, axis=1)
         labels.append(_smooth(region_labels, total, int(round(options.min_turn_s / FRAME_S))))
     _fill_unlabelled(regions, labels)
@@ -404,9 +405,7 @@ def _refined(
     refined = speakers.copy()
     pure: dict[int, list[int]] = {}
     for index, window in enumerate(windows):
-        start_s = regions[window.region][0]
-        first = int(round((window.start_s - start_s) / FRAME_S))
-        last = max(first + 1, int(round((window.end_s - start_s) / FRAME_S)))
+        first, last = _frame_span(window, regions[window.region][0])
         window_labels = labels[window.region][first:last]
         if len(window_labels) and (window_labels == window_labels[0]).all():
             pure.setdefault(int(window_labels[0]), []).append(index)
