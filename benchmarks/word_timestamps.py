@@ -32,6 +32,21 @@ def _normalised(word: str) -> str:
     return re.sub(r"[^\w']", "", word.lower())
 
 
+Timed = tuple[str, float, float]  # (word, start_s, end_s)
+
+
+def matched_words(ours: list[Timed], theirs: list[Timed]) -> list[tuple[Timed, Timed]]:
+    """Pairs of the same word in both transcripts, aligned on the normalised text."""
+    matcher = difflib.SequenceMatcher(
+        None, [_normalised(w[0]) for w in ours], [_normalised(w[0]) for w in theirs], autojunk=False
+    )
+    return [
+        (ours[block.a + offset], theirs[block.b + offset])
+        for block in matcher.get_matching_blocks()
+        for offset in range(block.size)
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="whisper-base")
@@ -80,14 +95,7 @@ def main() -> int:
     segments, _ = model.transcribe(str(wav), language="en", beam_size=1, word_timestamps=True)
     theirs = [(w.word, w.start, w.end) for segment in segments for w in segment.words]
     ours = [(w.text, w.start_s, w.end_s) for chunk in transcript.chunks for w in chunk.words]
-    matcher = difflib.SequenceMatcher(
-        None, [_normalised(w[0]) for w in ours], [_normalised(w[0]) for w in theirs], autojunk=False
-    )
-    pairs = [
-        (ours[block.a + offset], theirs[block.b + offset])
-        for block in matcher.get_matching_blocks()
-        for offset in range(block.size)
-    ]
+    pairs = matched_words(ours, theirs)
     start_s = statistics.median(abs(a[1] - b[1]) for a, b in pairs)
     end_s = statistics.median(abs(a[2] - b[2]) for a, b in pairs)
     print(f"{len(pairs)} of {len(ours)} words matched faster-whisper's {len(theirs)}")

@@ -34,12 +34,13 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
+from tests.support.ctranslate2_models import faster_whisper_dir
+
 from whosaid.convert import (
     MARKER_FILE,
     ConversionError,
     conversion_is_current,
     convert_ctranslate2_whisper,
-    resolve_source,
 )
 from whosaid.errors import ModelLoadError
 
@@ -181,21 +182,7 @@ def converted(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Mod
 @pytest.fixture(scope="session")
 def ct2_dirs(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> ModelDirs:
     """Folders faster-whisper can load: it needs one model.bin, so split parts are joined."""
-    dirs = {}
-    for name in MODELS:
-        resolved = resolve_source(sources[name])
-        if len(resolved.model_parts) == 1:
-            dirs[name] = resolved.model_parts[0].parent
-            continue
-        joined = tmp_path_factory.mktemp(f"ct2-{name}")
-        with open(joined / "model.bin", "wb") as out:
-            for part in resolved.model_parts:
-                with open(part, "rb") as handle:
-                    shutil.copyfileobj(handle, out)
-        for path in (resolved.config, resolved.tokenizer, resolved.vocabulary):
-            (joined / path.name).symlink_to(path)
-        dirs[name] = joined
-    return dirs
+    return {name: faster_whisper_dir(name, tmp_path_factory.mktemp(f"ct2-{name}")) for name in MODELS}
 
 
 @pytest.fixture(scope="session")

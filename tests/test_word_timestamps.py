@@ -4,14 +4,13 @@ same CTranslate2 weights; the invariants every response keeps."""
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 import statistics
 
 import numpy as np
 import pytest
 
+from benchmarks.word_timestamps import matched_words
 from tests.support.ctranslate2_models import faster_whisper_dir
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError
@@ -92,10 +91,6 @@ def test_return_timestamps_values(value, expected) -> None:
 # --- real speech -------------------------------------------------------------------------------
 
 
-def normalised(word: str) -> str:
-    return re.sub(r"[^\w']", "", word.lower())
-
-
 @pytest.fixture(scope="module")
 def base_engine(converted_model, make_engine):
     return make_engine(converted_model("whisper-base"))
@@ -120,14 +115,7 @@ def faster_whisper_words(sample_wav, tmp_path_factory) -> list[tuple[str, float,
 @pytest.mark.slow
 def test_word_times_match_faster_whisper(word_transcript, faster_whisper_words) -> None:
     ours = [(word.text, word.start_s, word.end_s) for chunk in word_transcript.chunks for word in chunk.words]
-    matcher = difflib.SequenceMatcher(
-        None, [normalised(w[0]) for w in ours], [normalised(w[0]) for w in faster_whisper_words], autojunk=False
-    )
-    pairs = [
-        (ours[block.a + offset], faster_whisper_words[block.b + offset])
-        for block in matcher.get_matching_blocks()
-        for offset in range(block.size)
-    ]
+    pairs = matched_words(ours, faster_whisper_words)
     assert len(pairs) >= 0.8 * len(ours) >= 0.8 * 60, (len(pairs), len(ours))
     start_difference_s = statistics.median(abs(a[1] - b[1]) for a, b in pairs)
     end_difference_s = statistics.median(abs(a[2] - b[2]) for a, b in pairs)
