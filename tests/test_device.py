@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.devices import declare_no_gpu, expected_reason
+from tests.support.devices import expected_reason
 from whosaid.config import ModelSettings, get_model_settings
 from whosaid.device import cuda_fix, nvidia_driver_version, resolve_device
 from whosaid.engine import Engine
@@ -20,15 +20,8 @@ from whosaid.errors import ModelLoadError
 
 DEVICE_LOGGER = "whosaid.device"
 
-
-@pytest.fixture(autouse=True)
-def no_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    declare_no_gpu(monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_whisper) -> Path:
-    return tiny_whisper("device-main", seed=5)
+# Fixtures `no_declared_gpu` and `device_model` come from tests/support/devices.py (see conftest.py).
+pytestmark = pytest.mark.usefixtures("no_declared_gpu")
 
 
 def device_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -41,11 +34,11 @@ def test_driver_version_is_unknown_without_nvidia_smi_or_the_kernel_module() -> 
 
 @pytest.mark.parametrize("visible", ["all", "0", "GPU-5ad1c8f0-2f07-4b8e-9d5e-0123456789ab"])
 def test_auto_on_a_declared_gpu_logs_versions_and_fix_once_and_runs_on_cpu(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tiny: Path, visible: str
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, device_model: Path, visible: str
 ) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", visible)
     caplog.set_level(logging.INFO)
-    engine = Engine.from_settings(ModelSettings(asr_model=str(tiny), device="auto"))
+    engine = Engine.from_settings(ModelSettings(asr_model=str(device_model), device="auto"))
     assert engine.recognizer.model.device.type == "cpu"
     errors = device_errors(caplog)
     # once, although the loaders ask for the device several times
@@ -69,11 +62,11 @@ def test_auto_without_a_declared_gpu_runs_on_cpu_quietly(
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:1"])
 def test_cuda_refuses_to_start_on_a_declared_gpu_torch_cannot_use(
-    monkeypatch: pytest.MonkeyPatch, tiny: Path, device: str
+    monkeypatch: pytest.MonkeyPatch, device_model: Path, device: str
 ) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
     with pytest.raises(ModelLoadError) as raised:
-        Engine.from_settings(ModelSettings(asr_model=str(tiny), device=device))
+        Engine.from_settings(ModelSettings(asr_model=str(device_model), device=device))
     message = str(raised.value)
     assert message == f"DEVICE={device} cannot start: {expected_reason('NVIDIA_VISIBLE_DEVICES=all')}"
     assert "cannot load the ASR model" not in message  # said as what it is, not as a model problem
@@ -109,10 +102,10 @@ def test_the_fix_depends_on_the_cuda_torch_was_built_for(torch_cuda, fix) -> Non
     assert cuda_fix(torch_cuda) == fix
 
 
-def test_the_handler_refuses_to_start_on_cuda_that_torch_cannot_use(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
+def test_the_handler_refuses_to_start_on_cuda_that_torch_cannot_use(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
     from handler import EndpointHandler
 
-    monkeypatch.setenv("ASR_MODEL", str(tiny))
+    monkeypatch.setenv("ASR_MODEL", str(device_model))
     monkeypatch.setenv("DEVICE", "cuda")
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
     for name in ("ASSISTANT_MODEL", "DIARIZATION_MODEL"):
@@ -126,11 +119,11 @@ def test_the_handler_refuses_to_start_on_cuda_that_torch_cannot_use(monkeypatch:
 
 
 def test_the_handler_logs_device_dtype_and_attention_at_start_up(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tiny: Path
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, device_model: Path
 ) -> None:
     from handler import EndpointHandler
 
-    monkeypatch.setenv("ASR_MODEL", str(tiny))
+    monkeypatch.setenv("ASR_MODEL", str(device_model))
     monkeypatch.setenv("DEVICE", "cpu")
     for name in ("ASSISTANT_MODEL", "DIARIZATION_MODEL"):
         monkeypatch.delenv(name, raising=False)
@@ -142,5 +135,5 @@ def test_the_handler_logs_device_dtype_and_attention_at_start_up(
         get_model_settings.cache_clear()
     messages = [r.getMessage() for r in caplog.records if r.name == "handler"]
     assert messages == [
-        f"whosaid handler ready: device=cpu dtype=float32 attn_implementation=sdpa asr_model={tiny}"
+        f"whosaid handler ready: device=cpu dtype=float32 attn_implementation=sdpa asr_model={device_model}"
     ]

@@ -10,19 +10,12 @@ import pytest
 import requests
 
 from tests.support.server import threaded_server, wait_until
-from tests.support.devices import declare_no_gpu, expected_reason
+from tests.support.devices import expected_reason
 from whosaid.config import ModelSettings
 from whosaid.server import ServerSettings, create_app
 
-
-@pytest.fixture(autouse=True)
-def no_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    declare_no_gpu(monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_whisper) -> Path:
-    return tiny_whisper("device-main", seed=5)
+# Fixtures `no_declared_gpu` and `device_model` come from tests/support/devices.py (see conftest.py).
+pytestmark = pytest.mark.usefixtures("no_declared_gpu")
 
 
 def server_settings() -> ServerSettings:
@@ -37,8 +30,8 @@ def model_info_lines(url: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("whosaid_model_info")]
 
 
-def test_ready_and_metrics_report_device_dtype_and_attention(tiny: Path) -> None:
-    app = create_app(ModelSettings(asr_model=str(tiny), device="cpu"), server_settings())
+def test_ready_and_metrics_report_device_dtype_and_attention(device_model: Path) -> None:
+    app = create_app(ModelSettings(asr_model=str(device_model), device="cpu"), server_settings())
     with threaded_server(app) as url:
         ready = requests.get(f"{url}/ready", timeout=5)
         assert ready.status_code == 200
@@ -51,13 +44,13 @@ def test_ready_and_metrics_report_device_dtype_and_attention(tiny: Path) -> None
             "attn_implementation": "sdpa",
         }
         assert model_info_lines(url) == [
-            f'whosaid_model_info{{asr_model="{tiny}",attn_implementation="sdpa",device="cpu",dtype="float32"}} 1.0'
+            f'whosaid_model_info{{asr_model="{device_model}",attn_implementation="sdpa",device="cpu",dtype="float32"}} 1.0'
         ]
 
 
-def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
+def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
-    app = create_app(ModelSettings(asr_model=str(tiny), device="auto"), server_settings())
+    app = create_app(ModelSettings(asr_model=str(device_model), device="auto"), server_settings())
     with threaded_server(app) as url:
         body = requests.get(f"{url}/ready", timeout=5).json()
         assert body["device"] == "cpu"
@@ -65,9 +58,9 @@ def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: p
         assert 'device="cpu"' in model_info_lines(url)[0]
 
 
-def test_ready_is_503_with_the_reason_when_cuda_cannot_be_used(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
+def test_ready_is_503_with_the_reason_when_cuda_cannot_be_used(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0")
-    app = create_app(ModelSettings(asr_model=str(tiny), device="cuda"), server_settings())
+    app = create_app(ModelSettings(asr_model=str(device_model), device="cuda"), server_settings())
     with threaded_server(app, wait_ready=False) as url:
 
         def failed() -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,6 +16,18 @@ def declare_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
     assert not torch.cuda.is_available(), "these tests need a machine where torch cannot use CUDA"
     assert declared_gpu() is None, "these tests need a machine without NVIDIA device files"
+
+
+@pytest.fixture
+def no_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the device tests (pytestmark usefixtures): no test inherits a declared GPU."""
+    declare_no_gpu(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def device_model(tiny_whisper) -> Path:
+    """A tiny random Whisper for the device tests."""
+    return tiny_whisper("device-main", seed=5)
 
 
 def expected_reason(declared: str) -> str:
