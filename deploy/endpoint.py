@@ -1,16 +1,13 @@
-"""Create and manage the whosaid Inference Endpoint: `python deploy/endpoint.py create NAME ...`.
+"""Create and manage the whosaid Inference Endpoint: `python -m deploy.endpoint create NAME ...`.
 
 A thin entry point for people who run scripts rather than `python -m whosaid deploy`; both run
-`whosaid.deploy.main`, so every command, option and message is the same. See deploy/README.md.
+`whosaid.deploy.cli.main`, so every command, option and message is the same. Run it from the
+repository root (or with the package installed: `pip install -e .`). See deploy/README.md.
 """
 
 import sys
-from pathlib import Path
 
-# Run as a script, Python puts deploy/ on the path, not the checkout holding the whosaid package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from whosaid.deploy import main  # noqa: E402 - needs the path above
+from whosaid.deploy.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(prog="deploy/endpoint.py"))
+    sys.exit(main(prog="python -m deploy.endpoint"))

@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 # command name -> (module, one-line help). The module provides `add_arguments(parser)` and
 # `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "convert": ("whosaid.convert", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
-    "deploy": ("whosaid.deploy", "create and manage the Inference Endpoint"),
+    "convert": ("whosaid.convert.cli", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
+    "deploy": ("whosaid.deploy.cli", "create and manage the Inference Endpoint"),
     "transcribe": ("whosaid.transcribe_cli", "transcribe (and diarize) audio files"),
     "serve": ("whosaid.serve_cli", "run the HTTP server (Inference Endpoints and OpenAI-compatible API)"),
 }
