@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import re
 import wave
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-SAMPLE_RATE_HZ = 16_000  # what Whisper and pyannote take; whosaid.audio decodes to this rate
+# speed.py takes word_error_rate from here; it lives in benchmarks/wer.py, shared with the tests.
+from benchmarks.wer import word_error_rate as word_error_rate
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+
+SAMPLE_RATE_HZ = WHISPER_SAMPLE_RATE_HZ  # what Whisper and pyannote take; whosaid.audio decodes to this rate
 INT16_FULL_SCALE = 32767  # PCM16 WAV payloads: float samples in [-1, 1] scaled to int16
 
 # Named clips. A number of seconds that is a whole multiple of the sample's length repeats the
@@ -166,23 +169,6 @@ def cut_clip(start_s: float, end_s: float, *, name: str) -> Clip:
 
 def reference_text(utterances: tuple[Utterance, ...] | list[Utterance]) -> str:
     return " ".join(utterance.text for utterance in utterances)
-
-
-def normalise_text(text: str) -> str:
-    """Lowercase, punctuation removed, whitespace collapsed. Apostrophes inside words stay, so
-    "I'm" in the hypothesis matches "I'm" in the reference rather than splitting into two
-    words (the same normalisation as the WER in tests/test_handler.py)."""
-    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float | None:
-    """Normalised WER; None when the reference has no words (WER is undefined there)."""
-    import jiwer
-
-    reference, hypothesis = normalise_text(reference), normalise_text(hypothesis)
-    if not reference:
-        return None
-    return float(jiwer.wer(reference, hypothesis))
 
 
 def write_wav(path: Path, samples: np.ndarray) -> Path:

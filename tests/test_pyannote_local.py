@@ -33,9 +33,9 @@ from tests.support.pyannote_local import (
     EMBEDDING_DIMENSION,
     build_random_diarization_pipeline,
 )
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ as SAMPLE_RATE_HZ
 
 SAMPLE_WAV = Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
-SAMPLE_RATE_HZ = 16_000
 SAMPLE_DURATION_S = 30.0
 
 # 10 s windows every 1 s over 30 s of audio: 21 chunks, whatever the input sample rate.

@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-SAMPLE_RATE_HZ = 16_000
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ as SAMPLE_RATE_HZ
+
 _SILENCE_THRESHOLD = 0.01  # |sample| below this, at either end of a clip, is trimmed away
 
 
