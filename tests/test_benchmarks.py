@@ -116,7 +116,7 @@ def test_runner_against_a_real_server(tmp_path: Path) -> None:
     # ASSISTED=auto: the runner's probe meets a server without an assistant, whose refusal must
     # mark the assisted scenario as skipped without counting as a failed request.
     run_script(
-        "benchmarks/run.py", "--model", "whisper-tiny.en", "--scenarios", "short_assisted,short_not_assisted",
+        "-m", "benchmarks.run", "--model", "whisper-tiny.en", "--scenarios", "short_assisted,short_not_assisted",
         "--assisted", "auto", "--iterations", "2", "--ramp-stages", "1s:1", "--skip-speed", "--output-dir", str(tmp_path),
     )
 

