@@ -15,7 +15,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Test processes and the servers they start share two cores: spinning OpenMP workers starve each
-# other (a 3 s clip took 20 s instead of 3 s). Set before torch loads its OpenMP runtime.
+# other (benchmarks/README.md has the figures). Set before torch loads its OpenMP runtime.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -62,12 +62,9 @@ def tiny_whisper(tmp_path_factory: pytest.TempPathFactory, converted_model) -> C
     built with `encoder_of` copies that model's encoder, as distil-whisper checkpoints do.
     Outputs are capped at `max_length` tokens so random weights stop quickly.
     """
-    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration, WhisperProcessor
+    from tests.support.tiny_whisper import build_random_whisper
 
     base_dir = converted_model("whisper-base")
-    processor = WhisperProcessor.from_pretrained(base_dir)
-    generation_config = GenerationConfig.from_pretrained(base_dir)
-    base_config = WhisperConfig.from_pretrained(base_dir)
     root = tmp_path_factory.mktemp("tiny-whisper")
     built: dict[str, Path] = {}
 
@@ -81,40 +78,12 @@ def tiny_whisper(tmp_path_factory: pytest.TempPathFactory, converted_model) -> C
         max_length: int = 24,
         encoder_of: Optional[Path] = None,
     ) -> Path:
-        if name in built:
-            return built[name]
-        import torch
-
-        torch.manual_seed(seed)
-        config = WhisperConfig(
-            vocab_size=base_config.vocab_size,
-            num_mel_bins=base_config.num_mel_bins,
-            d_model=d_model,
-            encoder_layers=encoder_layers,
-            decoder_layers=decoder_layers,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=4 * d_model,
-            decoder_ffn_dim=4 * d_model,
-            max_source_positions=base_config.max_source_positions,
-            max_target_positions=base_config.max_target_positions,
-            decoder_start_token_id=base_config.decoder_start_token_id,
-            pad_token_id=base_config.pad_token_id,
-            bos_token_id=base_config.bos_token_id,
-            eos_token_id=base_config.eos_token_id,
-        )
-        model = WhisperForConditionalGeneration(config).eval()
-        if encoder_of is not None:
-            teacher = WhisperForConditionalGeneration.from_pretrained(encoder_of)
-            model.model.encoder.load_state_dict(teacher.model.encoder.state_dict())
-        generation = GenerationConfig.from_dict(generation_config.to_dict())
-        generation.max_length = max_length
-        model.generation_config = generation
-        path = root / name
-        model.save_pretrained(path)
-        processor.save_pretrained(path)
-        built[name] = path
-        return path
+        if name not in built:
+            built[name] = build_random_whisper(
+                root / name, base_dir, seed=seed, d_model=d_model, encoder_layers=encoder_layers,
+                decoder_layers=decoder_layers, max_length=max_length, encoder_of=encoder_of,
+            )
+        return built[name]
 
     return build
 
