@@ -6,12 +6,12 @@ speaker attribution loses (almost) no words."""
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Mapping, Optional, Sequence
 
 import jiwer
 import pytest
 
+from benchmarks.wer import normalise_text
 from tests.support.conversation import Conversation, build_conversation
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
@@ -33,10 +33,6 @@ class ReferenceTurns:
         return self.turns
 
 
-def normalised(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
-
-
 def errors(reference: str, hypothesis: str) -> int:
     if not reference:
         return len(hypothesis.split())
@@ -47,11 +43,14 @@ def errors(reference: str, hypothesis: str) -> int:
 def cpwer(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> float:
     """Each speaker's words concatenated; speakers paired to minimise the errors (a speaker
     without a partner is compared with nothing)."""
-    references = {speaker: normalised(text) for speaker, text in reference.items()}
-    hypotheses = {speaker: normalised(text) for speaker, text in hypothesis.items()}
+    references = {speaker: normalise_text(text) for speaker, text in reference.items()}
+    hypotheses = {speaker: normalise_text(text) for speaker, text in hypothesis.items()}
     slots: list[Optional[str]] = [*hypotheses, *[None] * len(references)]
     best = min(
-        sum(errors(references[speaker], hypotheses[partner] if partner else "") for speaker, partner in zip(references, pairing))
+        sum(
+            errors(references[speaker], hypotheses[partner] if partner else "")
+            for speaker, partner in zip(references, pairing, strict=False)
+        )
         + sum(len(hypotheses[speaker].split()) for speaker in hypotheses if speaker not in pairing)
         for pairing in itertools.permutations(slots, len(references))
     )
@@ -94,8 +93,10 @@ def test_speakers_by_word_lose_no_more_than_a_hundredth(conversation, diarized) 
     reference: dict[str, list[str]] = {}
     for line in conversation.lines:
         reference.setdefault(line.speaker, []).append(line.text)
-    wer = jiwer.wer(normalised(conversation.text()), normalised(diarized.text))
-    speaker_wer = cpwer({speaker: " ".join(lines) for speaker, lines in reference.items()}, by_speaker(diarized.speakers))
+    wer = jiwer.wer(normalise_text(conversation.text()), normalise_text(diarized.text))
+    speaker_wer = cpwer(
+        {speaker: " ".join(lines) for speaker, lines in reference.items()}, by_speaker(diarized.speakers)
+    )
     assert wer < 0.25, diarized.text  # the transcript itself is usable
     assert speaker_wer - wer <= MAX_CPWER_OVER_WER, (speaker_wer, wer)
 
