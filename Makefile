@@ -16,16 +16,22 @@ VENV5 ?= .venv-transformers5
 STAMP5 := $(VENV5)/.installed
 CORE_TESTS := tests/test_config.py tests/test_device.py tests/test_alignment.py tests/test_audio.py tests/test_assisted.py tests/test_handler.py tests/test_speed.py tests/test_builtin_diarizer.py
 
-.PHONY: install models serve test test-fast test-transformers5 system-deps bench clean
+.PHONY: install lint models serve test test-fast test-transformers5 system-deps bench clean
 
-$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt
+$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-diarizer.txt
+	# The package itself, editable and without touching the pins above: gives the `whosaid` command.
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Ruff, configured in pyproject.toml; CI runs it before the tests.
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 $(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt
 	$(PYTHON) -m venv $(VENV5)

@@ -134,3 +134,27 @@ def test_every_import_of_the_handler_repo_is_a_requirement() -> None:
             if not providers & set(requirements):
                 missing.setdefault(module, []).append(relative)
     assert missing == {}
+
+
+# --------------------------------------------------------------------------------------------------
+# pyproject.toml repeats the requirements files (they stay the pinned source of truth)
+
+
+def requirement_lines(path: Path) -> list[str]:
+    """A requirements file's requirements, as written, less comments and `-r`/option lines."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def test_pyproject_repeats_the_requirements_files_exactly() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert project["dependencies"] == requirement_lines(REPO_ROOT / "requirements.txt")
+    assert extras["server"] == requirement_lines(REPO_ROOT / "requirements-server.txt")
+    assert extras["models"] == requirement_lines(REPO_ROOT / "requirements-models.txt")
+    assert extras["dev"] == ["whosaid[server,models]", *requirement_lines(REPO_ROOT / "requirements-dev.txt")]
+    assert "-r requirements-server.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert "-r requirements-models.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert project["scripts"] == {"whosaid": "whosaid.cli:main"}
