@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from pydantic import ValidationError
@@ -34,13 +33,6 @@ def load_settings() -> ModelSettings:
             if any(detail["loc"] == ("asr_model",) for detail in error.errors())
             else f"invalid model settings: {error}"
         ) from error
-
-
-@dataclass(frozen=True)
-class Timings:
-    decode_s: float = 0.0
-    asr_s: float = 0.0
-    diarization_s: float = 0.0
 
 
 class Engine:
