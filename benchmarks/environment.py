@@ -131,9 +131,8 @@ def describe_machine(info: dict[str, Any]) -> str:
 
 # torch and CTranslate2 both run their CPU kernels on GNU OpenMP, whose idle threads spin
 # (OMP_WAIT_POLICY=active behaviour) before they sleep. On a machine whose cores other work also
-# wants, spinning threads steal each other's time: measured here on 2 shared cores, tiny.en on a
-# 3 s clip took 18-27 s with the default and 2.9 s with PASSIVE, faster-whisper fp32 2-17 s
-# against 0.9 s. PASSIVE keeps the numbers steady; "default" leaves the variable as it is.
+# wants, spinning threads steal each other's time (the figures: benchmarks/README.md). PASSIVE keeps
+# the numbers steady; "default" leaves the variable as it is.
 OMP_WAIT_POLICIES = ("passive", "default", "active")
 DEFAULT_OMP_WAIT_POLICY = "passive"
 

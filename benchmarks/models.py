@@ -66,7 +66,8 @@ def packaged_ct2_dir(name: str) -> Path:
         return source.model_parts[0].parent
     target = CT2_CACHE_DIR / name
     stamp = {
-        str(path): path.stat().st_size for path in (*source.model_parts, source.config, source.tokenizer, source.vocabulary)
+        str(path): path.stat().st_size
+        for path in (*source.model_parts, source.config, source.tokenizer, source.vocabulary)
     }
     stamp_path = target / _STAMP_FILE
     if stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:

@@ -246,7 +246,8 @@ def read_points(raw_path: Path) -> dict[str, list[list[float]]]:
     for line in _lines(raw_path):
         record = json.loads(line)
         if record.get("type") == "Point" and record.get("metric") in wanted:
-            points.setdefault(record["metric"], []).append((_parse_time(record["data"]["time"]), record["data"]["value"]))
+            data = record["data"]
+            points.setdefault(record["metric"], []).append((_parse_time(data["time"]), data["value"]))
     if not points:
         return {}
     origin = min(time_s for series in points.values() for time_s, _ in series)
@@ -268,9 +269,17 @@ def trend_row(summary: dict[str, Any], metric: str) -> Optional[dict[str, float]
     values = summary.get("metrics", {}).get(metric, {}).get("values")
     if not values or not values.get("count"):
         return None
-    row = {key: values[stat] / 1000 for key, stat in (
-        ("avg", "avg"), ("min", "min"), ("med", "med"), ("max", "max"), ("p90", "p(90)"), ("p95", "p(95)")
-    )}
+    row = {
+        key: values[stat] / 1000
+        for key, stat in (
+            ("avg", "avg"),
+            ("min", "min"),
+            ("med", "med"),
+            ("max", "max"),
+            ("p90", "p(90)"),
+            ("p95", "p(95)"),
+        )
+    }
     row["count"] = values["count"]
     return row
 
@@ -303,13 +312,18 @@ def threshold_lines(run: dict[str, Any]) -> list[str]:
 
 def render_markdown(result: dict[str, Any]) -> str:
     settings, payloads = result["settings"], result["payloads"]
-    target = settings["base_url"] if settings["remote"] else (
-        f"local server (`python -m whosaid serve`), ASR_MODEL={settings['model']}, "
-        f"ASSISTANT_MODEL={settings['assistant'] or '–'}, DIARIZATION_MODEL={settings['diarization'] or '–'}"
+    target = (
+        settings["base_url"]
+        if settings["remote"]
+        else (
+            f"local server (`python -m whosaid serve`), ASR_MODEL={settings['model']}, "
+            f"ASSISTANT_MODEL={settings['assistant'] or '–'}, DIARIZATION_MODEL={settings['diarization'] or '–'}"
+        )
     )
     where = (
-        f"k6 client: {describe_machine(result['machine'])}" if settings["remote"] else
-        f"on {describe_machine(result['machine'])}; server OMP_WAIT_POLICY {settings['omp_wait_policy']}"
+        f"k6 client: {describe_machine(result['machine'])}"
+        if settings["remote"]
+        else f"on {describe_machine(result['machine'])}; server OMP_WAIT_POLICY {settings['omp_wait_policy']}"
     )
     lines = [
         "# Load test (k6)",
@@ -336,18 +350,35 @@ def render_markdown(result: dict[str, Any]) -> str:
                 reason = info.get("reason") or "no successful request"
                 rows.append([name, f"{audio_s:.0f}", params, 0, *([None] * 6), f"skipped: {reason}"])
                 continue
-            rows.append([
-                name, f"{audio_s:.0f}", params, stats["count"],
-                *(fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")),
-                fmt(stats["med"] / audio_s, 3),
-            ])
+            rows.append(
+                [
+                    name,
+                    f"{audio_s:.0f}",
+                    params,
+                    stats["count"],
+                    *(fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")),
+                    fmt(stats["med"] / audio_s, 3),
+                ]
+            )
         lines += [
             "",
             f"## Scenarios: {transcribe['env'].get('VUS', '1')} user(s), {transcribe['env'].get('ITERATIONS')} "
             f"iteration(s) each, load avg {fmt_load(transcribe['load_average_before'])}",
             "",
             markdown_table(
-                ["scenario", "audio s", "parameters", "requests", "avg", "min", "med", "max", "p90", "p95", "RTF (med)"],
+                [
+                    "scenario",
+                    "audio s",
+                    "parameters",
+                    "requests",
+                    "avg",
+                    "min",
+                    "med",
+                    "max",
+                    "p90",
+                    "p95",
+                    "RTF (med)",
+                ],
                 rows,
             ),
             "",
@@ -358,7 +389,10 @@ def render_markdown(result: dict[str, Any]) -> str:
         summary = ramp.get("summary", {})
         stats = trend_row(summary, RAMP_METRIC)
         failed = _rate(summary, "http_req_failed")
-        stages = ", ".join(f"{stage['target']} user(s) for {stage['duration']}" for stage in summary.get("whosaid", {}).get("stages", []))
+        stages = ", ".join(
+            f"{stage['target']} user(s) for {stage['duration']}"
+            for stage in summary.get("whosaid", {}).get("stages", [])
+        )
         throughput = completed_per_second(ramp.get("points", {}).get(RAMP_METRIC, []))
         lines += [
             "",
@@ -370,11 +404,19 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
             markdown_table(
                 ["ok requests", "failed", "busy (429)", "ok req/s", "avg", "min", "med", "max", "p90", "p95"],
-                [[
-                    stats["count"] if stats else 0, fmt(100 * failed, 1) + " %" if failed is not None else None,
-                    _count(summary, "busy_refusals"), fmt(throughput, 3),
-                    *((fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95")) if stats else [None] * 6),
-                ]],
+                [
+                    [
+                        stats["count"] if stats else 0,
+                        fmt(100 * failed, 1) + " %" if failed is not None else None,
+                        _count(summary, "busy_refusals"),
+                        fmt(throughput, 3),
+                        *(
+                            (fmt(stats[key]) for key in ("avg", "min", "med", "max", "p90", "p95"))
+                            if stats
+                            else [None] * 6
+                        ),
+                    ]
+                ],
             ),
             "",
             "Thresholds: " + "; ".join(threshold_lines(ramp) or ["none reported"]) + ".",
@@ -414,7 +456,7 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
     if scenario_points:
         ax = axes.pop(0)
         payloads = result["payloads"]
-        for index, (name, values) in enumerate(scenario_points.items()):
+        for index, values in enumerate(scenario_points.values()):
             spread = [index + 0.12 * ((k % 5) - 2) / 2 for k in range(len(values))]
             ax.scatter(spread, values, s=28, alpha=0.75, zorder=3)
             median = statistics.median(values)
@@ -423,7 +465,10 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
         clip_of = {name: ("short" if name.startswith("short") else "long") for name in scenario_points}
         ax.set_xticks(range(len(scenario_points)))
         ax.set_xticklabels(
-            [f"{name.replace('_', ' ')}\n({payloads[clip_of[name]]['duration_s']:.0f} s audio)" for name in scenario_points],
+            [
+                f"{name.replace('_', ' ')}\n({payloads[clip_of[name]]['duration_s']:.0f} s audio)"
+                for name in scenario_points
+            ],
             fontsize=9,
         )
         ax.set_xlim(-0.6, len(scenario_points) - 0.2)
@@ -438,8 +483,15 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
     if ramp_points:
         ax = axes.pop(0)
         starts = [(t - value / 1000) for t, value in ramp_points]  # points are stamped at the end
-        ax.scatter(starts, [value / 1000 for _, value in ramp_points], s=28, color="tab:red", alpha=0.75, zorder=3,
-                   label="request (at its start)")
+        ax.scatter(
+            starts,
+            [value / 1000 for _, value in ramp_points],
+            s=28,
+            color="tab:red",
+            alpha=0.75,
+            zorder=3,
+            label="request (at its start)",
+        )
         ax.set_xlabel("time since k6 started (s; the first seconds are the warm-up request)")
         ax.set_ylabel("latency (s)")
         ax.set_ylim(bottom=0)
@@ -448,7 +500,14 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
         vus = ramp.get("points", {}).get("vus", [])
         if vus:
             users = ax.twinx()
-            users.step([t for t, _ in vus], [v for _, v in vus], where="post", color="tab:gray", alpha=0.8, label="active users")
+            users.step(
+                [t for t, _ in vus],
+                [v for _, v in vus],
+                where="post",
+                color="tab:gray",
+                alpha=0.8,
+                label="active users",
+            )
             users.set_ylabel("active users (VUs)")
             users.set_ylim(0, max(v for _, v in vus) + 1)
             users.yaxis.get_major_locator().set_params(integer=True)
@@ -467,14 +526,31 @@ def plot_latency(result: dict[str, Any], path: Path) -> Optional[Path]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="whisper-base", help="whisper-base, whisper-tiny.en or a transformers directory (default %(default)s)")
-    parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (speed.py's faster-whisper)")
+    parser.add_argument(
+        "--model",
+        default="whisper-base",
+        help="whisper-base, whisper-tiny.en or a transformers directory (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ct2-model", help="CTranslate2 checkpoint matching a --model directory (speed.py's faster-whisper)"
+    )
     parser.add_argument("--assistant", help="ASSISTANT_MODEL for the local server (and speed.py)")
     parser.add_argument("--diarization", help="DIARIZATION_MODEL for the local server (and speed.py)")
-    parser.add_argument("--base-url", help="test this running server or endpoint instead of starting one (HF_TOKEN from the environment)")
-    parser.add_argument("--assisted", choices=("auto", "true", "false"), help="run the assisted scenarios (default: true with --assistant, false without, auto for --base-url)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIO_ORDER), help="comma-separated subset (default all four)")
-    parser.add_argument("--iterations", type=int, default=2, help="requests per scenario and user (default %(default)s)")
+    parser.add_argument(
+        "--base-url",
+        help="test this running server or endpoint instead of starting one (HF_TOKEN from the environment)",
+    )
+    parser.add_argument(
+        "--assisted",
+        choices=("auto", "true", "false"),
+        help="run the assisted scenarios (default: true with --assistant, false without, auto for --base-url)",
+    )
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIO_ORDER), help="comma-separated subset (default all four)"
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=2, help="requests per scenario and user (default %(default)s)"
+    )
     parser.add_argument("--vus", type=int, default=1, help="users in the scenarios run (default %(default)s)")
     parser.add_argument("--ramp-stages", default=DEFAULT_RAMP_STAGES, help="duration:users steps (default %(default)s)")
     parser.add_argument("--skip-ramp", action="store_true")
@@ -483,7 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_omp_wait_policy_argument(parser, "the local server and speed.py")
     parser.add_argument("--port", type=int, help="port of the local server (default: a free one)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="default benchmarks/results")
-    parser.add_argument("--ready-timeout", type=float, default=SERVER_READY_TIMEOUT_S, help="seconds to wait for /ready")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=SERVER_READY_TIMEOUT_S, help="seconds to wait for /ready"
+    )
     parser.add_argument("--verbose", action="store_true", help="show k6's own output")
     return parser
 
@@ -514,8 +592,11 @@ def benchmark_target(args: argparse.Namespace, scratch: Path) -> Iterator[Target
     except ValueError as error:
         raise SystemExit(str(error)) from error
     server = start_server(
-        model.transformers_model, assistant=args.assistant, diarization=args.diarization,
-        port=args.port or free_port(), log_path=scratch / "server.log",
+        model.transformers_model,
+        assistant=args.assistant,
+        diarization=args.diarization,
+        port=args.port or free_port(),
+        log_path=scratch / "server.log",
         extra_env=omp_environment(args.omp_wait_policy),
     )
     try:
@@ -533,11 +614,21 @@ def benchmark_target(args: argparse.Namespace, scratch: Path) -> Iterator[Target
         server.stop()
 
 
-def run_scripts(k6: Path, args: argparse.Namespace, target: Target, payloads: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    common = {"BASE_URL": target.base_url, "SHORT_AUDIO": payloads["short"]["path"], "LONG_AUDIO": payloads["long"]["path"]}
+def run_scripts(
+    k6: Path, args: argparse.Namespace, target: Target, payloads: dict[str, Any], scratch: Path
+) -> dict[str, Any]:
+    common = {
+        "BASE_URL": target.base_url,
+        "SHORT_AUDIO": payloads["short"]["path"],
+        "LONG_AUDIO": payloads["long"]["path"],
+    }
     scripts = {
         "transcribe": dict(
-            common, ITERATIONS=str(args.iterations), VUS=str(args.vus), ASSISTED=target.assisted, SCENARIOS=args.scenarios
+            common,
+            ITERATIONS=str(args.iterations),
+            VUS=str(args.vus),
+            ASSISTED=target.assisted,
+            SCENARIOS=args.scenarios,
         ),
     }
     if not args.skip_ramp:
@@ -554,7 +645,11 @@ def run_scripts(k6: Path, args: argparse.Namespace, target: Target, payloads: di
 def speed_arguments(args: argparse.Namespace) -> list[str]:
     """speed.py's command line for the same models and settings."""
     argv = ["--model", args.model, "--omp-wait-policy", args.omp_wait_policy]
-    for flag, value in (("--ct2-model", args.ct2_model), ("--assistant", args.assistant), ("--diarization", args.diarization)):
+    for flag, value in (
+        ("--ct2-model", args.ct2_model),
+        ("--assistant", args.assistant),
+        ("--diarization", args.diarization),
+    ):
         if value:
             argv += [flag, value]
     if args.output_dir != RESULTS_DIR:
@@ -600,7 +695,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     plot = plot_latency(result, args.output_dir / "k6-latest.png")
     result["plot"] = str(plot) if plot else None
     markdown = render_markdown(result)
-    json_path, markdown_path = write_results(args.output_dir, "k6", result, markdown, args.output_dir / f"k6-{stamp}.json")
+    json_path, markdown_path = write_results(
+        args.output_dir, "k6", result, markdown, args.output_dir / f"k6-{stamp}.json"
+    )
     print(markdown)
     print(f"\nwrote {json_path}, {markdown_path}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     status = 0 if all(run.get("exit_code") == 0 and "error" not in run for run in runs.values()) else 1

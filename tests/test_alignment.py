@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,7 +122,7 @@ def test_every_chunk_lands_once_in_order_with_its_text(chunks, turns) -> None:
     for segment in segments:
         assert segment.text == "".join(c.text for c in segment.chunks).strip()
         assert segment.start_s <= segment.end_s
-    for previous, current in zip(segments, segments[1:]):
+    for previous, current in itertools.pairwise(segments):
         assert previous.speaker != current.speaker
         assert previous.start_s <= current.start_s
     starts = [c.start_s for c in chunks]
@@ -134,7 +136,9 @@ def test_every_chunk_lands_once_in_order_with_its_text(chunks, turns) -> None:
 
 
 def test_speaker_change_inside_a_chunk_splits_it_at_the_word() -> None:
-    reply = timed_chunk(word(0.2, 0.6, " Right."), word(1.0, 1.4, " Okay,"), word(1.5, 1.8, " got"), word(1.8, 2.2, " it."))
+    reply = timed_chunk(
+        word(0.2, 0.6, " Right."), word(1.0, 1.4, " Okay,"), word(1.5, 1.8, " got"), word(1.8, 2.2, " it.")
+    )
     segments = assign_speakers([reply], [turn(0.0, 0.8, "A"), turn(0.9, 2.5, "B")])
     assert summary(segments) == [("A", 0.2, 0.6, "Right."), ("B", 1.0, 2.2, "Okay, got it.")]
     assert [w.text for w in segments[1].chunks[0].words] == [" Okay,", " got", " it."]
@@ -142,7 +146,9 @@ def test_speaker_change_inside_a_chunk_splits_it_at_the_word() -> None:
 
 def test_a_late_turn_boundary_does_not_cut_a_sentence() -> None:
     # "four." overlaps B more than A, but only within TURN_EDGE_S of A's turn: maybe jitter.
-    sentence = timed_chunk(word(0.0, 0.4, " I"), word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four."))
+    sentence = timed_chunk(
+        word(0.0, 0.4, " I"), word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four.")
+    )
     answer = timed_chunk(word(2.0, 2.5, " Good."))
     segments = assign_speakers([sentence, answer], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")])
     assert speaker_of(sentence.words[-1], [turn(0.0, 1.38, "A"), turn(1.38, 3.0, "B")]) == "B"
@@ -158,7 +164,12 @@ def test_a_change_with_evidence_splits_an_unpunctuated_sentence() -> None:
 def test_a_short_turn_inside_a_sentence_keeps_its_word() -> None:
     # "Great, did you check" as Whisper may write two speakers' lines: "Great," lies in A's short
     # turn, away from B's turn, so it is A's even inside B's sentence.
-    words = [word(13.8, 14.1, " Great,"), word(14.4, 14.6, " did"), word(14.6, 14.8, " you"), word(14.8, 15.2, " check?")]
+    words = [
+        word(13.8, 14.1, " Great,"),
+        word(14.4, 14.6, " did"),
+        word(14.6, 14.8, " you"),
+        word(14.8, 15.2, " check?"),
+    ]
     turns = [turn(13.8, 14.14, "A"), turn(14.39, 16.4, "B")]
     assert summary(assign_speakers([timed_chunk(*words)], turns)) == [
         ("A", 13.8, 14.1, "Great,"),
@@ -178,7 +189,9 @@ word_texts = st.sampled_from([" so", " right.", " ok,", " yes?", " no", " well",
 @st.composite
 def timed_transcripts(draw):
     """Chunks as clean_chunks makes them, most with words inside their span."""
-    raw = draw(st.lists(st.tuples(times, times, st.lists(st.tuples(times, times, word_texts), max_size=6)), max_size=12))
+    raw = draw(
+        st.lists(st.tuples(times, times, st.lists(st.tuples(times, times, word_texts), max_size=6)), max_size=12)
+    )
     spans = []
     for start, end, raw_words in sorted(raw, key=lambda item: item[0]):
         end = max(start, end)
@@ -203,6 +216,6 @@ def test_every_word_lands_once_in_order(chunks, turns) -> None:
         assert all(piece.start_s <= w.start_s <= w.end_s <= piece.end_s for w in piece.words)
     for segment in segments:
         assert segment.text == "".join(piece.text for piece in segment.chunks).strip()
-    for previous, current in zip(segments, segments[1:]):
+    for previous, current in itertools.pairwise(segments):
         assert previous.speaker != current.speaker
         assert previous.start_s <= current.start_s

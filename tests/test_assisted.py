@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.fallback import always_fall_back, never_fall_back
 from whosaid.asr import ASSISTED, BATCHED
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError, ModelLoadError
-from tests.support.fallback import always_fall_back, never_fall_back
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,9 @@ def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips
 
 @pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
 @pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
-def test_assisted_and_batched_give_the_same_transcript(make_engine, models, sample_audio, assistant, fallback, monkeypatch) -> None:
+def test_assisted_and_batched_give_the_same_transcript(
+    make_engine, models, sample_audio, assistant, fallback, monkeypatch
+) -> None:
     """The assistant only changes the speed: greedy windows, and the windows that fall back to
     beam search, come out the same on both paths."""
     fallback(monkeypatch)
@@ -98,7 +100,7 @@ def test_assisted_and_batched_give_the_same_transcript(make_engine, models, samp
 def test_assisted_long_audio_equals_sequential_greedy(make_engine, models, sample_audio) -> None:
     engine = make_engine(models["main"], models["distil"])
     recognizer = engine.recognizer
-    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[:15 * 16000]]), 16000)
+    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
     kwargs = {"language": "en", "task": "transcribe"}
     plain = recognizer._transcribe_generate(long_audio, kwargs)
     assisted = recognizer._transcribe_generate(long_audio, kwargs, assistant=recognizer.assistant)
@@ -111,7 +113,7 @@ def test_auto_assists_short_audio_only(make_engine, models, sample_audio, clips)
     engine = make_engine(models["main"], models["distil"])
     assert engine.transcribe(clips[0], config()).decoding == ASSISTED
     assert engine.transcribe(clips[0], config(chunk_length_s=5)).decoding == BATCHED
-    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[:5 * 16000]]), 16000)
+    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 5 * 16000]]), 16000)
     assert engine.transcribe(long_audio, config()).decoding == BATCHED
     assert engine.transcribe(clips[0], config(assisted=False)).decoding == BATCHED
 
@@ -146,7 +148,9 @@ PROMPTS = [{"initial_prompt": "Diane in New Jersey, Sheila from Chicago."}, {"ho
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["initial_prompt", "hotwords"])
 @pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
-def test_prompted_assisted_and_batched_give_the_same_transcript(make_engine, models, sample_audio, prompt, fallback, monkeypatch) -> None:
+def test_prompted_assisted_and_batched_give_the_same_transcript(
+    make_engine, models, sample_audio, prompt, fallback, monkeypatch
+) -> None:
     fallback(monkeypatch)
     engine = make_engine(models["main"], models["distil"])
     audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)

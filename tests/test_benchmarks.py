@@ -24,7 +24,9 @@ def run_script(*argv: str) -> subprocess.CompletedProcess:
         [sys.executable, *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
         env=dict(os.environ, HF_HUB_OFFLINE="1"),
     )
-    assert result.returncode == 0, f"{argv} exited with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, (
+        f"{argv} exited with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
     return result
 
 
@@ -57,15 +59,31 @@ def test_speed_times_assisted_modes_and_diarization(tmp_path: Path, tiny_whisper
     main = tiny_whisper("bench-main", seed=0)
     assistant = tiny_whisper("bench-distil", seed=1, decoder_layers=1, encoder_of=main)
     run_script(
-        "benchmarks/speed.py", "--model", str(main), "--implementations", "", "--assistant", str(assistant),
-        "--diarization", str(random_diarizer_dir), "--clips", "smoke", "--repeats", "1", "--warmup", "0",
-        "--output-dir", str(tmp_path),
+        "benchmarks/speed.py",
+        "--model",
+        str(main),
+        "--implementations",
+        "",
+        "--assistant",
+        str(assistant),
+        "--diarization",
+        str(random_diarizer_dir),
+        "--clips",
+        "smoke",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output-dir",
+        str(tmp_path),
     )
 
     rows = {row["implementation"]: row for row in json.loads(only_file(tmp_path, "speed-*.json").read_text())["rows"]}
     assert set(rows) == {"whosaid-assisted", "whosaid-unassisted", "whosaid-auto", "diarization"}
     assert [rows[name].get("decoding") for name in ("whosaid-assisted", "whosaid-unassisted", "whosaid-auto")] == [
-        "assisted", "batched", "assisted"  # auto assists audio that fits one window
+        "assisted",
+        "batched",
+        "assisted",  # auto assists audio that fits one window
     ]
     # random weights: the DER is meaningless, but it is computed, with and without a collar
     assert 0 <= rows["diarization"]["der"] and 0 <= rows["diarization"]["der_collar_0.25"]
@@ -116,8 +134,21 @@ def test_runner_against_a_real_server(tmp_path: Path) -> None:
     # ASSISTED=auto: the runner's probe meets a server without an assistant, whose refusal must
     # mark the assisted scenario as skipped without counting as a failed request.
     run_script(
-        "-m", "benchmarks.run", "--model", "whisper-tiny.en", "--scenarios", "short_assisted,short_not_assisted",
-        "--assisted", "auto", "--iterations", "2", "--ramp-stages", "1s:1", "--skip-speed", "--output-dir", str(tmp_path),
+        "-m",
+        "benchmarks.run",
+        "--model",
+        "whisper-tiny.en",
+        "--scenarios",
+        "short_assisted,short_not_assisted",
+        "--assisted",
+        "auto",
+        "--iterations",
+        "2",
+        "--ramp-stages",
+        "1s:1",
+        "--skip-speed",
+        "--output-dir",
+        str(tmp_path),
     )
 
     result = json.loads(only_file(tmp_path, "k6-*.json").read_text())

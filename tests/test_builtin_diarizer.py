@@ -3,6 +3,7 @@ scored with pyannote.metrics' diarization error rate: no collar, overlapped spee
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def speakers_of(turns: tuple[SpeakerTurn, ...]) -> set[str]:
 
 def assert_well_formed(turns: tuple[SpeakerTurn, ...], duration_s: float) -> None:
     assert all(0.0 <= turn.start_s < turn.end_s <= duration_s for turn in turns)
-    assert all(earlier.end_s <= later.start_s + 1e-9 for earlier, later in zip(turns, turns[1:]))
+    assert all(earlier.end_s <= later.start_s + 1e-9 for earlier, later in itertools.pairwise(turns))
     names = [turn.speaker for turn in turns]
     first_seen = sorted(set(names), key=names.index)
     assert first_seen == [f"SPEAKER_{index:02d}" for index in range(len(first_seen))]
@@ -87,7 +88,12 @@ def test_der_on_a_three_voice_meeting_with_short_replies(diarizer: BuiltinDiariz
 
 @pytest.mark.parametrize(
     "hints, expected",
-    [({"num_speakers": 2}, {2}), ({"num_speakers": 4}, {4}), ({"max_speakers": 2}, {1, 2}), ({"min_speakers": 4}, {4, 5, 6})],
+    [
+        ({"num_speakers": 2}, {2}),
+        ({"num_speakers": 4}, {4}),
+        ({"max_speakers": 2}, {1, 2}),
+        ({"min_speakers": 4}, {4, 5, 6}),
+    ],
 )
 def test_speaker_hints_are_honoured(diarizer: BuiltinDiarizer, meeting, hints: dict, expected: set[int]) -> None:
     turns = diarizer.diarize(Audio(meeting.samples), hints)
@@ -144,7 +150,9 @@ def test_clustering_points_are_bounded_for_long_recordings() -> None:
     assert estimate_count(points, SpeakerCount(at_most=2)) == 2
     labels = cluster(points, 3)
     truth = np.argmax(points @ voices.T, axis=1)  # which voice each point was drawn around
-    assert {(int(a), int(b)) for a, b in zip(truth, labels)} == {(voice, int(labels[truth == voice][0])) for voice in range(3)}
+    assert {(int(a), int(b)) for a, b in zip(truth, labels, strict=True)} == {
+        (voice, int(labels[truth == voice][0])) for voice in range(3)
+    }
 
 
 def test_long_recordings_are_clustered_in_bounded_groups(diarizer: BuiltinDiarizer, meeting) -> None:
@@ -167,5 +175,7 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: Buil
     assert len(speakers_of(turns)) == 3
     during = [turn for turn in turns if turn.start_s < carol.end_s and turn.end_s > carol.start_s]
     elsewhere = {turn.speaker for turn in turns if turn.end_s <= carol.start_s or turn.start_s >= carol.end_s}
-    covered_s = sum(min(t.end_s, carol.end_s) - max(t.start_s, carol.start_s) for t in during if t.speaker not in elsewhere)
+    covered_s = sum(
+        min(t.end_s, carol.end_s) - max(t.start_s, carol.start_s) for t in during if t.speaker not in elsewhere
+    )
     assert covered_s >= 0.8 * (carol.end_s - carol.start_s)

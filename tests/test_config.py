@@ -12,7 +12,7 @@ def parse(parameters, **context):
     return InferenceConfig.from_parameters(parameters, **context)
 
 
-def test_defaults_match_the_seed() -> None:
+def test_defaults_match_the_original_handler() -> None:
     config, warnings = parse(None)
     assert (config.task, config.batch_size, config.chunk_length_s, config.sampling_rate) == (
         "transcribe",

@@ -6,7 +6,6 @@ request; the tests check the exact bodies, where the token goes, and what the us
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess

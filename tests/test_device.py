@@ -95,14 +95,20 @@ def test_cuda_without_any_gpu_says_none_is_visible() -> None:
             "container that is given the GPU (nvidia-smi lists it there); with an older driver "
             "install a torch built for the driver's CUDA version",
         ),
-        (None, "install a CUDA build of torch, e.g. torch==2.10.0 and torchaudio==2.10.0 (CUDA 12.8, PyPI's default Linux wheels)"),
+        (
+            None,
+            "install a CUDA build of torch, e.g. torch==2.10.0 and torchaudio==2.10.0 "
+            "(CUDA 12.8, PyPI's default Linux wheels)",
+        ),
     ],
 )
 def test_the_fix_depends_on_the_cuda_torch_was_built_for(torch_cuda, fix) -> None:
     assert cuda_fix(torch_cuda) == fix
 
 
-def test_the_handler_refuses_to_start_on_cuda_that_torch_cannot_use(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
+def test_the_handler_refuses_to_start_on_cuda_that_torch_cannot_use(
+    monkeypatch: pytest.MonkeyPatch, device_model: Path
+) -> None:
     from handler import EndpointHandler
 
     monkeypatch.setenv("ASR_MODEL", str(device_model))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.server import threaded_server, wait_until
 from tests.support.devices import expected_reason
+from tests.support.server import threaded_server, wait_until
 from whosaid.config import ModelSettings
 from whosaid.server import ServerSettings, create_app
 
@@ -44,11 +44,14 @@ def test_ready_and_metrics_report_device_dtype_and_attention(device_model: Path)
             "attn_implementation": "sdpa",
         }
         assert model_info_lines(url) == [
-            f'whosaid_model_info{{asr_model="{device_model}",attn_implementation="sdpa",device="cpu",dtype="float32"}} 1.0'
+            f'whosaid_model_info{{asr_model="{device_model}",attn_implementation="sdpa",device="cpu",'
+            'dtype="float32"} 1.0'
         ]
 
 
-def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
+def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(
+    monkeypatch: pytest.MonkeyPatch, device_model: Path
+) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
     app = create_app(ModelSettings(asr_model=str(device_model), device="auto"), server_settings())
     with threaded_server(app) as url:
@@ -58,7 +61,9 @@ def test_ready_warns_when_auto_fell_back_to_cpu_on_a_declared_gpu(monkeypatch: p
         assert 'device="cpu"' in model_info_lines(url)[0]
 
 
-def test_ready_is_503_with_the_reason_when_cuda_cannot_be_used(monkeypatch: pytest.MonkeyPatch, device_model: Path) -> None:
+def test_ready_is_503_with_the_reason_when_cuda_cannot_be_used(
+    monkeypatch: pytest.MonkeyPatch, device_model: Path
+) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0")
     app = create_app(ModelSettings(asr_model=str(device_model), device="cuda"), server_settings())
     with threaded_server(app, wait_ready=False) as url:

@@ -22,7 +22,13 @@ from whosaid.server.schemas import TranscriptResponse
 
 HELLO = Chunk(0.0, 1.5, " Hello there.")
 ANSWER = Chunk(1.5, 3661.25, " General <Kenobi> & co.")
-PLAIN = Transcript(text="Hello there. General <Kenobi> & co.", chunks=(HELLO, ANSWER), duration_s=3662.0, language="en", decoding="batched")
+PLAIN = Transcript(
+    text="Hello there. General <Kenobi> & co.",
+    chunks=(HELLO, ANSWER),
+    duration_s=3662.0,
+    language="en",
+    decoding="batched",
+)
 DIARIZED = Transcript(
     text=PLAIN.text,
     chunks=PLAIN.chunks,
@@ -47,8 +53,7 @@ def test_text_is_newline_terminated() -> None:
 
 def test_srt_cues_with_and_without_speakers() -> None:
     assert to_srt(PLAIN) == (
-        "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n"
-        "2\n00:00:01,500 --> 01:01:01,250\nGeneral <Kenobi> & co.\n"
+        "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n2\n00:00:01,500 --> 01:01:01,250\nGeneral <Kenobi> & co.\n"
     )
     assert to_srt(DIARIZED).splitlines()[2] == "SPEAKER_00: Hello there."
     assert to_srt(SILENCE) == ""
@@ -84,14 +89,25 @@ def test_json_shapes() -> None:
     assert to_json(DIARIZED).model_dump()["warnings"] == ["unknown parameter 'beam_size' was ignored"]
     verbose = to_verbose_json(DIARIZED).model_dump()
     assert verbose["task"] == "transcribe" and verbose["language"] == "english"
-    assert verbose["segments"][1] == {"id": 1, "start": 1.5, "end": 3661.25, "text": " General <Kenobi> & co.", "speaker": "SPEAKER_01"}
+    assert verbose["segments"][1] == {
+        "id": 1,
+        "start": 1.5,
+        "end": 3661.25,
+        "text": " General <Kenobi> & co.",
+        "speaker": "SPEAKER_01",
+    }
     assert "speaker" not in to_verbose_json(PLAIN).model_dump()["segments"][0]
     assert to_verbose_json(PLAIN, task="translate").language == "english"
     assert to_verbose_json(SILENCE).model_dump()["language"] is None
     diarized = to_diarized_json(DIARIZED).model_dump()
     assert diarized["task"] == "transcribe" and diarized["duration"] == 3662.0
     assert diarized["segments"][0] == {
-        "type": "transcript.text.segment", "id": "seg_0", "start": 0.0, "end": 1.5, "text": "Hello there.", "speaker": "SPEAKER_00",
+        "type": "transcript.text.segment",
+        "id": "seg_0",
+        "start": 0.0,
+        "end": 1.5,
+        "text": "Hello there.",
+        "speaker": "SPEAKER_00",
     }
     with pytest.raises(ValueError):
         to_diarized_json(PLAIN)

@@ -16,8 +16,13 @@ from whosaid.config import MAX_PROMPT_CHARS, InferenceConfig
 from whosaid.errors import InvalidParametersError
 
 PRODUCT_SENTENCE = "We installed ComfyUI on the new server yesterday."
-ENGLISH = "Good morning. Today we talk about the weather in London and the trains to the airport. The meeting starts at ten."
-GERMAN = "Guten Morgen. Heute sprechen wir über das Wetter in Berlin und die Züge zum Flughafen. Die Besprechung beginnt um zehn Uhr."
+ENGLISH = (
+    "Good morning. Today we talk about the weather in London and the trains to the airport. The meeting starts at ten."
+)
+GERMAN = (
+    "Guten Morgen. Heute sprechen wir über das Wetter in Berlin und die Züge zum Flughafen. "
+    "Die Besprechung beginnt um zehn Uhr."
+)
 PAUSE_S = 1.5
 
 

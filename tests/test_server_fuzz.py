@@ -13,10 +13,8 @@ from __future__ import annotations
 import base64
 import collections
 import json
-from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import pytest
 import requests
 from hypothesis import HealthCheck, Phase, given, settings
@@ -51,7 +49,11 @@ SCALARS = st.one_of(
     st.text(max_size=20),
     st.sampled_from(["en", "fr", "transcribe", "translate", "auto", "true", "0", "1e309", "-1", "30", "5"]),
 )
-JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
 PARAMETERS = st.dictionaries(st.sampled_from(PARAMETER_NAMES) | st.text(max_size=10), JSON_VALUES, max_size=5)
 
 
@@ -77,11 +79,21 @@ def files(sample_audio) -> None:
 def send(server: str, route: str, body: bytes, parameters: Any, response_format: str = "json") -> requests.Response:
     if route == "raw":
         query = parameters if isinstance(parameters, dict) else {}
-        return requests.post(f"{server}/", params={k: str(v) for k, v in query.items()}, data=body,
-                             headers={"Content-Type": "application/octet-stream"}, timeout=120)
+        return requests.post(
+            f"{server}/",
+            params={k: str(v) for k, v in query.items()},
+            data=body,
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=120,
+        )
     if route == "json":
         payload = {"inputs": base64.b64encode(body).decode(), "parameters": parameters}
-        return requests.post(f"{server}/", data=json.dumps(payload, allow_nan=True), headers={"Content-Type": "application/json"}, timeout=120)
+        return requests.post(
+            f"{server}/",
+            data=json.dumps(payload, allow_nan=True),
+            headers={"Content-Type": "application/json"},
+            timeout=120,
+        )
     form = {k: str(v) for k, v in parameters.items()} if isinstance(parameters, dict) else {}
     form["response_format"] = response_format
     return requests.post(f"{server}/v1/audio/{route}", files={"file": ("clip.bin", body)}, data=form, timeout=120)
@@ -171,9 +183,13 @@ def _dumps_deep(value: Any) -> bytes:
     opened, closers = [], []
     while isinstance(value, (list, dict)) and len(value) == 1:
         if isinstance(value, list):
-            opened.append("["); closers.append("]"); value = value[0]
+            opened.append("[")
+            closers.append("]")
+            value = value[0]
         elif set(value) == {"k"}:
-            opened.append('{"k":'); closers.append("}"); value = value["k"]
+            opened.append('{"k":')
+            closers.append("}")
+            value = value["k"]
         else:
             break
     return ("".join(opened) + json.dumps(value) + "".join(reversed(closers))).encode()

@@ -22,7 +22,7 @@ from whosaid.server.schemas import TranscriptResponse
 @pytest.fixture(autouse=True)
 def one_torch_thread() -> Iterator[None]:
     """Inference runs in this process: on a busy two-core machine torch's default of two
-    threads makes a tiny model 50x slower than one thread does."""
+    threads makes a tiny model many times slower than one thread does."""
     import torch
 
     threads = torch.get_num_threads()
@@ -79,7 +79,9 @@ def test_many_files_to_stdout_are_json_lines_or_headed_text(capsys, tiny: Path, 
 
 
 def test_output_dir_gets_one_file_per_input(capsys, tiny: Path, clips: list[Path], tmp_path: Path) -> None:
-    status, out, _ = run_cli(capsys, *map(str, clips), "--asr-model", str(tiny), "-f", "srt", "-o", str(tmp_path / "out"))
+    status, out, _ = run_cli(
+        capsys, *map(str, clips), "--asr-model", str(tiny), "-f", "srt", "-o", str(tmp_path / "out")
+    )
     assert status == 0 and out == ""
     written = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert written == ["clip0.srt", "clip1.srt"]
@@ -95,12 +97,16 @@ def test_a_bad_file_fails_alone(capsys, tiny: Path, clips: list[Path], tmp_path:
     assert f"==> {clips[0]} <==" in out
 
 
-def test_diarized_formats_with_a_diarization_model(capsys, tiny: Path, clips: list[Path], random_diarizer_dir: Path) -> None:
+def test_diarized_formats_with_a_diarization_model(
+    capsys, tiny: Path, clips: list[Path], random_diarizer_dir: Path
+) -> None:
     status, out, _ = run_cli(
         capsys, str(clips[0]), "--asr-model", str(tiny), "--diarization-model", str(random_diarizer_dir), "-f", "rttm"
     )
     assert status == 0 and out
-    assert all(re.fullmatch(r"SPEAKER clip0 1 \S+ \S+ <NA> <NA> SPEAKER_\d\d <NA> <NA>", line) for line in out.splitlines())
+    assert all(
+        re.fullmatch(r"SPEAKER clip0 1 \S+ \S+ <NA> <NA> SPEAKER_\d\d <NA> <NA>", line) for line in out.splitlines()
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,7 +143,9 @@ def test_embedded_default_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         model_options.resolve_model_settings()
 
 
-def test_commands_without_any_model_say_what_to_do(capsys, monkeypatch: pytest.MonkeyPatch, clips: list[Path], tmp_path: Path) -> None:
+def test_commands_without_any_model_say_what_to_do(
+    capsys, monkeypatch: pytest.MonkeyPatch, clips: list[Path], tmp_path: Path
+) -> None:
     monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
     assert main(["serve", "--port", "0"]) == 1
     assert "set ASR_MODEL" in capsys.readouterr().err

@@ -83,7 +83,9 @@ def test_return_timestamps_must_be_segment_or_word(value) -> None:
         InferenceConfig.from_parameters({"return_timestamps": value})
 
 
-@pytest.mark.parametrize("value, expected", [(True, "segment"), ("true", "segment"), ("segment", "segment"), ("Word", "word")])
+@pytest.mark.parametrize(
+    "value, expected", [(True, "segment"), ("true", "segment"), ("segment", "segment"), ("Word", "word")]
+)
 def test_return_timestamps_values(value, expected) -> None:
     assert InferenceConfig.from_parameters({"return_timestamps": value})[0].return_timestamps == expected
 
@@ -138,7 +140,9 @@ def test_words_are_in_order_inside_their_chunk_and_make_its_text(word_transcript
             assert 0.0 < word.probability <= 1.0
             previous_end_s = word.end_s
     response = word_transcript.to_dict()
-    assert all(len(chunk["words"]) == len(c.words) for chunk, c in zip(response["chunks"], word_transcript.chunks))
+    assert all(
+        len(chunk["words"]) == len(c.words) for chunk, c in zip(response["chunks"], word_transcript.chunks, strict=True)
+    )
 
 
 @pytest.mark.slow

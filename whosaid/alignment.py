@@ -157,7 +157,7 @@ def _split_chunk(chunk: Chunk, speakers: Sequence[str]) -> list[tuple[str, Chunk
     pieces of a split chunk span their words, the first from the chunk's start and the last to
     its end, and carry their words' text."""
     runs: list[tuple[str, list[Word]]] = []
-    for word, speaker in zip(chunk.words, speakers):
+    for word, speaker in zip(chunk.words, speakers, strict=True):
         if runs and runs[-1][0] == speaker:
             runs[-1][1].append(word)
         else:

@@ -19,7 +19,15 @@ from typing import Optional
 import numpy as np
 
 from whosaid.audio import Audio
-from whosaid.clustering import DEFAULT_MAX_SPEAKERS, MAX_POINTS, MIN_NEIGHBOURS, SpeakerCount, centroids, cluster, estimate_count
+from whosaid.clustering import (
+    DEFAULT_MAX_SPEAKERS,
+    MAX_POINTS,
+    MIN_NEIGHBOURS,
+    SpeakerCount,
+    centroids,
+    cluster,
+    estimate_count,
+)
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.diarization import BUILTIN_MODEL, Diarizer, too_many_speakers
 from whosaid.errors import InferenceError
@@ -155,7 +163,8 @@ class BuiltinDiarizer(Diarizer):
         mels = {}
         for index in sorted({window.region for window in windows}):
             start_s, end_s = regions[index]
-            mels[index] = mel_power_frames(_at_level(samples[_sample(start_s) : _sample(end_s)], self.options.embedding_dbfs))
+            region_samples = samples[_sample(start_s) : _sample(end_s)]
+            mels[index] = mel_power_frames(_at_level(region_samples, self.options.embedding_dbfs))
         segments = []
         for window in windows:
             mel = mels[window.region]
@@ -199,8 +208,12 @@ class BuiltinDiarizer(Diarizer):
         # Speech per speaker, counted by hop so overlapping windows are not counted twice.
         speech_s = np.array(
             [
-                sum(min(durations[i], self.options.hop_s) for chunk, label in zip(members, point_labels)
-                    if label == speaker for i in chunk)
+                sum(
+                    min(durations[i], self.options.hop_s)
+                    for chunk, label in zip(members, point_labels, strict=True)
+                    if label == speaker
+                    for i in chunk
+                )
                 for speaker in range(n_speakers)
             ]
         )
@@ -340,9 +353,7 @@ def _refine(
     return [(start_s + a * frame_s, start_s + b * frame_s) for a, b in pieces]
 
 
-def _windows(
-    regions: list[tuple[float, float]], window_s: float, hop_s: float, min_window_s: float
-) -> list[_Window]:
+def _windows(regions: list[tuple[float, float]], window_s: float, hop_s: float, min_window_s: float) -> list[_Window]:
     """Windows of `window_s` every `hop_s` (at most) inside each region, the first and last flush
     with its edges; a region shorter than a window is one window; shorter than `min_window_s`, none."""
     windows = []
@@ -448,7 +459,7 @@ def _fill_unlabelled(regions: list[tuple[float, float]], labels: list[np.ndarray
             continue
         middle_s = sum(regions[index]) / 2
 
-        def distance_s(other: int) -> float:
+        def distance_s(other: int, middle_s: float = middle_s) -> float:
             start_s, end_s = regions[other]
             return 0.0 if start_s <= middle_s <= end_s else min(abs(middle_s - start_s), abs(middle_s - end_s))
 
@@ -457,12 +468,10 @@ def _fill_unlabelled(regions: list[tuple[float, float]], labels: list[np.ndarray
         region_labels[:] = edge
 
 
-def _turns(
-    regions: list[tuple[float, float]], labels: list[np.ndarray], duration_s: float
-) -> tuple[SpeakerTurn, ...]:
+def _turns(regions: list[tuple[float, float]], labels: list[np.ndarray], duration_s: float) -> tuple[SpeakerTurn, ...]:
     names: dict[int, str] = {}
     turns: list[SpeakerTurn] = []
-    for (start_s, end_s), region_labels in zip(regions, labels):
+    for (start_s, end_s), region_labels in zip(regions, labels, strict=True):
         for first, last, label in _runs(region_labels):
             name = names.setdefault(label, f"SPEAKER_{len(names):02d}")
             turn_start_s = max(0.0, start_s + first * FRAME_S)

@@ -18,8 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from whosaid.errors import JobStoppedError, TimeBudgetExceededError
 
-#: Defaults of the budget: generous for a CPU (whisper-base runs at ~0.1 s per audio second on
-#: two cores, large-v3 on CPU nearer 1 s), tight enough that a runaway job ends within minutes.
+#: Defaults of the budget: generous enough for large models on a CPU, tight enough that a runaway
+#: job ends within minutes.
 DEFAULT_BUDGET_BASE_S = 60.0
 DEFAULT_BUDGET_PER_AUDIO_S = 2.0
 

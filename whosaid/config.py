@@ -30,7 +30,7 @@ DEFAULT_BATCH_SIZE = 24  # the original handler's default: chunks decoded togeth
 # A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
 MAX_PROMPT_CHARS = 2_000
 # Shorter windows give Whisper too little context to be worth a pass each, and multiply the work:
-# 0.001 s windows turned an 8 s file into 8016 windows (~2 h of decoding).
+# 0.001 s windows would make an 8 s file 8000 windows.
 MIN_CHUNK_LENGTH_S = 5.0
 # pyannote clusters into at most this many speakers; more is a typo, not a recording.
 MAX_SPEAKERS = 100

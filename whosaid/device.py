@@ -3,7 +3,7 @@ cannot use.
 
 A torch wheel built for a newer CUDA than the host's NVIDIA driver supports loads fine, but
 `torch.cuda.is_available()` is then False: without this check DEVICE=auto would quietly serve
-from the CPU, 10-50x slower, with nothing in the logs that says why.
+from the CPU, an order of magnitude slower, with nothing in the logs that says why.
 """
 
 from __future__ import annotations

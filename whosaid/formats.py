@@ -149,7 +149,9 @@ def to_json(transcript: Transcript) -> JsonTranscription:
 
 def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> VerboseTranscription:
     segments = [
-        VerboseSegment(id=index, start=_seconds(chunk.start_s), end=_seconds(chunk.end_s), text=chunk.text, speaker=speaker)
+        VerboseSegment(
+            id=index, start=_seconds(chunk.start_s), end=_seconds(chunk.end_s), text=chunk.text, speaker=speaker
+        )
         for index, (chunk, speaker) in enumerate(_chunks_with_speakers(transcript))
     ]
     # A translation's text is English whatever was spoken (OpenAI reports it that way too).
@@ -247,9 +249,7 @@ def _chunks_with_speakers(transcript: Transcript) -> list[tuple[Chunk, Optional[
 
 def _require_diarized(transcript: Transcript, response_format: str) -> None:
     if not transcript.diarized:
-        raise ValueError(
-            f"response_format={response_format} needs a transcript made with a diarization model"
-        )
+        raise ValueError(f"response_format={response_format} needs a transcript made with a diarization model")
 
 
 def _usage(transcript: Transcript) -> DurationUsage:

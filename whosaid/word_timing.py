@@ -139,7 +139,7 @@ class WordTimer:
         ]
         alignments = self._align(encoder_states, start_sequences, token_lists, window_samples)
         results = []
-        for window, alignment, offset_s, language in zip(segments, alignments, window_starts_s, languages):
+        for window, alignment, offset_s, language in zip(segments, alignments, window_starts_s, languages, strict=True):
             results.append(self._segment_words(window, alignment, offset_s, language))
         return results
 
@@ -252,7 +252,7 @@ class WordTimer:
         return [
             _Timing(word, group, float(start), float(end), float(np.mean(token_probabilities[first:last])))
             for word, group, start, end, first, last in zip(
-                words, word_tokens, starts_s, ends_s, boundaries[:-1], boundaries[1:]
+                words, word_tokens, starts_s, ends_s, boundaries[:-1], boundaries[1:], strict=True
             )
         ]
 
@@ -262,7 +262,7 @@ class WordTimer:
             return subwords, subword_tokens
         words: list[str] = []
         word_tokens: list[list[int]] = []
-        for subword, group in zip(subwords, subword_tokens):
+        for subword, group in zip(subwords, subword_tokens, strict=True):
             special = group[0] >= self.eot_token_id
             if special or subword.startswith(" ") or subword.strip() in string.punctuation or not words:
                 words.append(subword)
@@ -319,7 +319,7 @@ class WordTimer:
         results: list[tuple[SegmentTokens, tuple[Word, ...]]] = []
         last_speech_s = offset_s
         index = 0
-        for segment, tokens in zip(segments, segment_tokens):
+        for segment, tokens in zip(segments, segment_tokens, strict=True):
             saved = 0
             words: list[dict[str, Any]] = []
             while index < len(timings) and saved < len(tokens):
@@ -356,7 +356,9 @@ class WordTimer:
         return results
 
 
-def _shorten_words_after_pause(words: list[dict[str, Any]], last_speech_s: float, median_s: float, max_s: float) -> None:
+def _shorten_words_after_pause(
+    words: list[dict[str, Any]], last_speech_s: float, median_s: float, max_s: float
+) -> None:
     """openai/whisper: the first and second word after a pause are no longer than twice the
     median word (DTW stretches the first word over the silence before it)."""
     first = words[0]

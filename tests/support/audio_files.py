@@ -46,8 +46,9 @@ def encode(samples: np.ndarray, sample_rate_hz: int, kind: str, *, channels: int
 
 
 def resample(samples: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
-    from scipy.signal import resample_poly
     from math import gcd
+
+    from scipy.signal import resample_poly
 
     common = gcd(from_hz, to_hz)
     return resample_poly(samples, to_hz // common, from_hz // common).astype(np.float32)

@@ -38,8 +38,8 @@ SEGMENTATION_LSTM = {"hidden_size": 32, "num_layers": 1, "bidirectional": True}
 SEGMENTATION_LINEAR = {"hidden_size": 32, "num_layers": 1}
 
 # WeSpeaker ResNet34 as in community-1, but fed coarser filterbanks (80 mel bins every 10 ms
-# there): extracting the ~60 embeddings of a 30 s file then takes about a second on two CPU
-# cores instead of about a minute. The mel bin count must stay a multiple of 8.
+# there), so extracting the ~60 embeddings of a 30 s file is cheap on a CPU. The mel bin count
+# must stay a multiple of 8.
 EMBEDDING_FBANK = {"num_mel_bins": 16, "frame_shift": 40}
 
 # WeSpeaker ResNet34 emits 256-dimensional embeddings; community-1's PLDA projects them onto

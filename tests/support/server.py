@@ -3,7 +3,7 @@
 `server_process` starts `python -m whosaid serve` in a subprocess, configured through the
 environment as an operator would: the real CLI, the real Uvicorn, real models. It runs torch on
 one thread: on a shared two-core machine, torch's default of one thread per core makes its
-threads wait for each other and inference 20x slower.
+threads wait for each other, and inference many times slower.
 
 `threaded_server` runs an app built in the test (stub engines, failure injection) under Uvicorn
 in a thread of the test process.
@@ -76,11 +76,23 @@ def server_subprocess(
     }
     for name in unset:
         full_env.pop(name, None)
-    command = [sys.executable, "-m", "whosaid", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "whosaid",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
+
         def up() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"the server exited with {process.returncode}:\n{_tail(log_path)}")

@@ -21,7 +21,9 @@ async def health() -> HealthResponse:
 @router.get(
     "/ready",
     response_model=ReadyResponse,
-    responses={503: {"model": ErrorResponse, "description": "models loading or failed to load; the message says which"}},
+    responses={
+        503: {"model": ErrorResponse, "description": "models loading or failed to load; the message says which"}
+    },
     summary="Readiness: the models are loaded",
 )
 async def ready(request: Request) -> ReadyResponse:
@@ -50,4 +52,3 @@ async def ready(request: Request) -> ReadyResponse:
 async def metrics(request: Request) -> Response:
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)
-
