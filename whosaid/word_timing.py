@@ -249,10 +249,11 @@ class WordTimer:
         jump_times_s = frame_indices[jumps] / ENCODER_FRAMES_PER_S
         starts_s = jump_times_s[boundaries[:-1]]
         ends_s = jump_times_s[boundaries[1:]]
+        # Not strict: `words` ends with the <|endoftext|> word, which has no boundary and is dropped.
         return [
             _Timing(word, group, float(start), float(end), float(np.mean(token_probabilities[first:last])))
             for word, group, start, end, first, last in zip(
-                words, word_tokens, starts_s, ends_s, boundaries[:-1], boundaries[1:], strict=True
+                words, word_tokens, starts_s, ends_s, boundaries[:-1], boundaries[1:], strict=False
             )
         ]
 
