@@ -18,16 +18,7 @@ from huggingface_hub import HfApi, InferenceEndpoint
 from huggingface_hub import constants as hf_constants
 
 from whosaid import __version__
-from whosaid.deploy.api import (
-    create_endpoint,
-    endpoints_api_base,
-    explained,
-    resolve_namespace,
-    resolve_token,
-    update_changes,
-    upload_handler,
-    wait_until_running,
-)
+from whosaid.deploy import api
 from whosaid.deploy.errors import DeployError
 from whosaid.deploy.handler_repo import PACKAGE_REPO_ROOT, handler_files
 from whosaid.deploy.output import describe, note, print_ready
@@ -63,13 +54,13 @@ class _Context:
 
 
 def _context(args: argparse.Namespace) -> _Context:
-    token = resolve_token(args.token)
-    api = HfApi(token=token, library_name="whosaid", library_version=__version__)
-    return _Context(api=api, token=token, namespace=resolve_namespace(api, token, args.namespace))
+    token = api.resolve_token(args.token)
+    hf_api = HfApi(token=token, library_name="whosaid", library_version=__version__)
+    return _Context(api=hf_api, token=token, namespace=api.resolve_namespace(hf_api, token, args.namespace))
 
 
 def _fetch(ctx: _Context, name: str) -> InferenceEndpoint:
-    with explained("get", f"endpoint {ctx.namespace}/{name}"):
+    with api.explained("get", f"endpoint {ctx.namespace}/{name}"):
         return ctx.api.get_inference_endpoint(name, namespace=ctx.namespace, token=ctx.token)
 
 
@@ -81,7 +72,7 @@ def _finish(endpoint: InferenceEndpoint, args: argparse.Namespace) -> int:
             f"(up to {args.timeout:g} s, checking every {args.poll_interval:g} s)..."
         )
         print_ready(
-            wait_until_running(endpoint, timeout_s=args.timeout, poll_interval_s=args.poll_interval)
+            api.wait_until_running(endpoint, timeout_s=args.timeout, poll_interval_s=args.poll_interval)
         )
     else:
         print(describe(endpoint))
@@ -110,7 +101,7 @@ def _spec_from_args(args: argparse.Namespace) -> EndpointSpec:
 
 def _cmd_create(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
-    token = resolve_token(args.token)
+    token = api.resolve_token(args.token)
     if args.dry_run:
         body = redact_secrets(create_request_body(spec, {TOKEN_SECRET_NAME: token}))
         print(json.dumps(body, indent=2))
@@ -119,7 +110,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
         note(f"dry run: nothing sent; POST {url} with this body")
         return 0
     ctx = _context(args)
-    endpoint = create_endpoint(ctx.api, spec, namespace=ctx.namespace, token=ctx.token)
+    endpoint = api.create_endpoint(ctx.api, spec, namespace=ctx.namespace, token=ctx.token)
     note(f"created endpoint {ctx.namespace}/{endpoint.name} ({endpoint.status})")
     return _finish(endpoint, args)
 
@@ -136,7 +127,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_update(args: argparse.Namespace) -> int:
     ctx = _context(args)
     current = _fetch(ctx, args.name)
-    changes = update_changes(
+    changes = api.update_changes(
         current.raw,
         models={
             ASR_MODEL_ENV: args.asr_model,
@@ -156,7 +147,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if not changes:
         note(f"endpoint {ctx.namespace}/{args.name} already has these settings; nothing sent")
         return 0
-    with explained("update", f"endpoint {ctx.namespace}/{args.name}"):
+    with api.explained("update", f"endpoint {ctx.namespace}/{args.name}"):
         endpoint = ctx.api.update_inference_endpoint(
             args.name, **changes, namespace=ctx.namespace, token=ctx.token
         )
@@ -169,7 +160,7 @@ def _lifecycle_command(method: str, verb: str) -> Callable[[argparse.Namespace],
 
     def command(args: argparse.Namespace) -> int:
         ctx = _context(args)
-        with explained(verb, f"endpoint {ctx.namespace}/{args.name}"):
+        with api.explained(verb, f"endpoint {ctx.namespace}/{args.name}"):
             endpoint = getattr(ctx.api, method)(args.name, namespace=ctx.namespace, token=ctx.token)
         return _finish(endpoint, args)
 
@@ -185,7 +176,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
         answer = input(f"Delete {subject}? This cannot be undone. Type its name to confirm: ")
         if answer.strip() != args.name:
             raise DeployError(f"not confirmed: {subject} is untouched")
-    with explained("delete", subject):
+    with api.explained("delete", subject):
         ctx.api.delete_inference_endpoint(args.name, namespace=ctx.namespace, token=ctx.token)
     print(f"deleted {subject}")
     return 0
@@ -198,10 +189,10 @@ def _cmd_upload_handler(args: argparse.Namespace) -> int:
         print("\n".join(files))
         note(f"dry run: these {len(files)} files would be committed to {args.repo_id}")
         return 0
-    token = resolve_token(args.token)
-    api = HfApi(token=token, library_name="whosaid", library_version=__version__)
-    commit = upload_handler(
-        api,
+    token = api.resolve_token(args.token)
+    hf_api = HfApi(token=token, library_name="whosaid", library_version=__version__)
+    commit = api.upload_handler(
+        hf_api,
         args.repo_id,
         repo_root=repo_root,
         token=token,
@@ -382,7 +373,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed deploy command. Errors become one line on stderr and exit status 1."""
     try:
-        with endpoints_api_base(_api_url_override(args)):
+        with api.endpoints_api_base(_api_url_override(args)):
             return args._deploy(args)
     except DeployError as error:
         print(f"error: {error}", file=sys.stderr)
