@@ -141,8 +141,14 @@ class RemoteTranscriber:
         self._local = threading.local()
 
     def run(
-        self, jobs: Sequence[FileJob], *, resume: bool = False, on_outcome: Callable[[FileOutcome], None] = lambda _: None
+        self,
+        jobs: Sequence[FileJob],
+        *,
+        resume: bool = False,
+        on_outcome: Callable[[FileOutcome], None] = lambda _: None,
     ) -> RunSummary:
+        """Every job, `concurrency` at a time; `on_outcome` hears of each file as it ends (in
+        the calling thread). With `resume`, files whose output exists are skipped."""
         started = time.monotonic()
         outcomes: list[FileOutcome] = []
         todo = []
@@ -165,8 +171,12 @@ class RemoteTranscriber:
         try:
             data = job.audio_path.read_bytes()
             url, body, retries = self._request_with_retries(job, data)
+            try:
+                text = self._render(body)
+            except ValueError as error:  # a 200 that is not what the route answers
+                raise _failed(f"{url}: an answer that is not {self.options.output_format}: {error}", retries + 1)
             audio_duration_s = _duration_s(body, job.audio_path)
-            write_atomically(job.output_path, self._render(body))
+            write_atomically(job.output_path, text)
         except (OSError, _FileFailed) as error:
             message = str(error) if isinstance(error, _FileFailed) else f"cannot read or write: {error}"
             return FileOutcome(job, None, getattr(error, "retries", retries), 0.0, error=message)
@@ -174,6 +184,7 @@ class RemoteTranscriber:
 
     def _request_with_retries(self, job: FileJob, data: bytes) -> tuple[str, bytes, int]:
         failures = 0
+        busy_answers = 0
         waited_s = 0.0
         attempts = 0
         previous_url: Optional[str] = None
@@ -192,7 +203,10 @@ class RemoteTranscriber:
                     return url, response.content, attempts - 1
                 reason = f"{url}: HTTP {response.status_code}: {_error_message(response)}"
                 if response.status_code in BUSY_STATUSES:
-                    wait_s = _retry_after_s(response) or _backoff_s(0)
+                    # Without Retry-After (a platform's 503 while it starts a replica), back off:
+                    # each try uploads the whole file again.
+                    wait_s = _retry_after_s(response) or _backoff_s(busy_answers)
+                    busy_answers += 1
                     if waited_s + wait_s <= self.options.max_wait_s:
                         waited_s += wait_s
                         self._sleep(wait_s)
@@ -225,7 +239,7 @@ class RemoteTranscriber:
         """The answer as the local CLI writes it: JSON indented, text as sent."""
         if self.options.output_format in JSON_FORMATS:
             return json.dumps(json.loads(body), ensure_ascii=False, indent=2) + "\n"
-        return body.decode("utf-8")
+        return body.decode("utf-8")  # UnicodeDecodeError is a ValueError
 
     def _next_url(self, *, avoid: Optional[str]) -> str:
         urls = self.options.urls

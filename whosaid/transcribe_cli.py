@@ -39,7 +39,8 @@ FORMAT_SUFFIXES = {
 JSON_FORMATS = ("json", "verbose_json", "diarized_json")
 #: Files taken from a DIR argument (containers PyAV's FFmpeg decodes).
 AUDIO_SUFFIXES = frozenset(
-    {".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".mp4", ".aac", ".webm", ".mka", ".mkv", ".mov", ".wma", ".aif", ".aiff"}
+    {".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".mp4", ".aac", ".webm"}
+    | {".mka", ".mkv", ".mov", ".wma", ".aif", ".aiff"}
 )
 #: Inputs larger than this in total get a progress bar even when there is only one file
 #: (about ten minutes of 128 kbit/s audio, or five of 16 kHz 16-bit WAV).
