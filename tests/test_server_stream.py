@@ -139,16 +139,16 @@ def test_a_client_that_leaves_stops_its_streamed_job(server: str, client: OpenAI
 
 
 def test_a_failure_after_the_stream_began_is_an_error_event(tiny_whisper, make_engine, sample_audio) -> None:
-    """In this process, with a tiny random-weight Whisper and a time budget of 0.2 s: four
+    """In this process, with a tiny random-weight Whisper and a time budget of 0.2 s: two
     minutes in 5 s windows cannot finish in it, so the job stops after its audio was accepted."""
     engine = make_engine(tiny_whisper("stream-budget", seed=5))
     settings = ServerSettings(api_key=None, job_time_budget_base_s=0.2, job_time_budget_per_audio_s=0)
-    four_minutes = encode(np.tile(sample_audio.samples, 8), 16_000, "flac")
+    two_minutes = encode(np.tile(sample_audio.samples, 4), 16_000, "flac")
     with threaded_server(create_app(lambda: engine, settings)) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
         stream = client.audio.transcriptions.create(
             model="whisper-1",
-            file=("long.flac", four_minutes),
+            file=("long.flac", two_minutes),
             stream=True,
             extra_body={**SMALL_WINDOWS, "chunk_length_s": 5},
         )
@@ -157,7 +157,7 @@ def test_a_failure_after_the_stream_began_is_an_error_event(tiny_whisper, make_e
             for event in stream:
                 received.append(event)
         assert stopped.value.body["code"] == "time_budget_exceeded"
-        assert "time budget of 0 s for 240.0 s of audio" in stopped.value.message
+        assert "time budget of 0 s for 120.0 s of audio" in stopped.value.message
         assert all(event.type == "transcript.text.delta" for event in received)
         # The server keeps serving.
         assert requests.get(f"{url}/health", timeout=5).status_code == 200
