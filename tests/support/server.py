@@ -44,7 +44,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, inter
 def answers(url: str, status: int = 200) -> bool:
     try:
         return requests.get(url, timeout=2).status_code == status
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):  # not listening yet, or busy starting up
         return False
 
 
