@@ -44,8 +44,12 @@ MEDIA_TYPES = {
     "rttm": "text/plain",
 }
 _TEXT_RESPONSES = {
-    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text",
-    "content": {media_type: {"schema": {"type": "string"}} for media_type in sorted(set(MEDIA_TYPES.values()))},
+    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text; "
+    "with stream=true, server-sent events (transcript.text.delta, transcript.text.segment, transcript.text.done)",
+    "content": {
+        media_type: {"schema": {"type": "string"}}
+        for media_type in sorted({*MEDIA_TYPES.values(), "text/event-stream"})
+    },
 }
 
 
