@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -270,10 +270,16 @@ class SpeechRecognizer:
         )
 
     def transcribe(
-        self, audio: Audio, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+        self,
+        audio: Audio,
+        config: InferenceConfig,
+        *,
+        should_stop: Optional[StopSignal] = None,
+        on_batch: Optional[Callable[[Sequence[Span]], None]] = None,
     ) -> AsrOutput:
         """`should_stop` is checked before each window batch: a job stopped there (time budget
-        spent, client gone, shutdown) raises its JobStoppedError and frees the models."""
+        spent, client gone, shutdown) raises its JobStoppedError and frees the models.
+        `on_batch` gets each batch's spans as it finishes, in order (streamed responses)."""
         options = self.decoding_options(config)
         language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
@@ -292,6 +298,8 @@ class SpeechRecognizer:
                 audio, batch, language, options, previous, assistant=self.assistant if assisted else None
             )
             spans += batch_spans
+            if on_batch is not None:
+                on_batch(batch_spans)
         return AsrOutput(
             chunks=clean_chunks(spans, audio.duration_s),
             language=language or self._default_language(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pydantic import ValidationError
 
@@ -18,6 +18,7 @@ from whosaid.device import ModelRuntime
 from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
 from whosaid.results import Transcript
+from whosaid.streaming import TextDeltas
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,10 @@ class Engine:
         *,
         warnings: Sequence[str] = (),
         should_stop: Optional[StopSignal] = None,
+        on_text: Optional[Callable[[str], None]] = None,
     ) -> Transcript:
+        """`on_text` gets the transcript's text piece by piece as window batches finish, from
+        this thread; the pieces join into the returned transcript's `text` exactly."""
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
             return Transcript(
@@ -116,7 +120,12 @@ class Engine:
             # Speakers are attributed word by word, so a diarizer needs the words' times (the
             # response lists them only when the request asked).
             asr_config = config.model_copy(update={"return_timestamps": "word"}) if self.diarizer is not None else config
-            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop)
+            # Passed only when asked for: recognizers without streaming keep working.
+            streaming: dict[str, Any] = {}
+            if on_text is not None:
+                deltas = TextDeltas(on_text)
+                streaming["on_batch"] = lambda spans: deltas.add(span[2] for span in spans)
+            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, **streaming)
         speakers, turns = (), ()
         if self.diarizer is not None:
             if should_stop is not None:

@@ -1,9 +1,12 @@
-"""`whosaid transcribe FILE...`: the core on local files, without a server.
+"""`whosaid transcribe FILE|DIR...`: the core on local files, without a server; with `--url`,
+the same files sent to remote endpoints instead (whosaid.remote).
 
 Output formats: json (the full transcript, as POST / answers), verbose_json, diarized_json,
 text, srt, vtt, rttm (the last two of those need a diarization model). One file goes to stdout
 as is; several go to stdout as JSON Lines (JSON formats, each object with a "file" key) or
-behind `==> FILE <==` headers (text formats), or with --output-dir to FILE_STEM.<ext> each.
+behind `==> FILE <==` headers (text formats), or with --output-dir to FILE_STEM.<ext> each (the
+audio files found under a DIR keep their folders below it). Outputs are written atomically, so
+`--resume` skips exactly the files whose output is complete.
 
 Exit status: 0 when every file was transcribed, 1 when a file or the models failed, 2 for
 invalid arguments. Heavy imports stay inside `run`: the CLI imports this module to build its
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -33,13 +37,20 @@ FORMAT_SUFFIXES = {
     "rttm": ".rttm",
 }
 JSON_FORMATS = ("json", "verbose_json", "diarized_json")
+#: Files taken from a DIR argument (containers PyAV's FFmpeg decodes).
+AUDIO_SUFFIXES = frozenset(
+    {".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".mp4", ".aac", ".webm"}
+    | {".mka", ".mkv", ".mov", ".wma", ".aif", ".aiff"}
+)
 #: Inputs larger than this in total get a progress bar even when there is only one file
 #: (about ten minutes of 128 kbit/s audio, or five of 16 kHz 16-bit WAV).
 LONG_INPUT_BYTES = 10 * 1024 * 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="audio files")
+    parser.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE|DIR", help="audio files, or folders searched for audio files"
+    )
     parser.add_argument("-f", "--format", default="json", choices=tuple(FORMAT_SUFFIXES), help="output format (default: json)")
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE_STEM.<ext> here instead of stdout")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
@@ -51,6 +62,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
     parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.add_argument("--resume", action="store_true", help="skip files whose output exists (needs --output-dir)")
+    remote = parser.add_argument_group("remote endpoints (instead of local models)")
+    remote.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="endpoint base URL: this server, or an Inference Endpoint; repeat for several replicas "
+        "(round-robin). Needs --output-dir",
+    )
+    remote.add_argument(
+        "--api-key",
+        default=os.environ.get("WHOSAID_API_KEY"),
+        help="bearer token: the server's API_KEY, or a Hugging Face token for an Inference Endpoint "
+        "(default: $WHOSAID_API_KEY)",
+    )
+    remote.add_argument("-j", "--jobs", type=int, default=4, help="files in flight at once (default: 4)")
+    remote.add_argument(
+        "--retries", type=int, default=3, help="retries of a file after connection errors or 5xx (default: 3)"
+    )
+    remote.add_argument(
+        "--max-wait-s",
+        type=float,
+        default=900.0,
+        help="longest a file waits in total on busy answers, 429/503 (default: 900)",
+    )
     add_model_arguments(parser)
 
 
@@ -65,7 +101,14 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.model_options import model_settings_from_args
 
     parameters = _parameters(args)
-    problem = _check_outputs(args.files, args.output_dir)
+    names, problem = expand_inputs(args.files)
+    args.files, args.output_names = list(names), names
+    if problem is None:
+        problem = _check_outputs(names, args.output_dir)
+    if problem is None and args.resume and args.output_dir is None:
+        problem = "--resume needs --output-dir: it skips the files whose output is there"
+    if problem is None and args.url:
+        problem = _check_remote_arguments(args)
     if problem is None:
         try:
             # Checked before the models load, which can take minutes.
@@ -75,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"whosaid transcribe: {problem}", file=sys.stderr)
         return 2
+    if args.url:
+        return _run_remote(args, parameters)
     try:
         settings = model_settings_from_args(args)
         if args.format in DIARIZED_FORMATS and not settings.diarization_model:
@@ -97,14 +142,86 @@ def run(args: argparse.Namespace) -> int:
     progress = tqdm(args.files, unit="file", file=sys.stderr, disable=_progress_disabled(args))
     for path in progress:
         progress.set_postfix_str(path.name)
+        if args.resume and output_path(args.output_names[path], args.output_dir, args.format).exists():
+            continue
         try:
             transcript = engine.transcribe(load_audio_file(path), config, warnings=warnings)
         except WhosaidError as error:
             failed += 1
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)
             continue
-        _emit(transcript, path, args.format, args.output_dir, many=many, task=config.task)
+        _emit(transcript, path, args, many=many, task=config.task)
     return 1 if failed else 0
+
+
+def _check_remote_arguments(args: argparse.Namespace) -> Optional[str]:
+    if args.output_dir is None:
+        return "--url writes one output per file: give --output-dir"
+    if args.jobs < 1 or args.retries < 0 or args.max_wait_s < 0:
+        return "--jobs must be at least 1, --retries and --max-wait-s at least 0"
+    bad = [url for url in args.url if not url.startswith(("http://", "https://"))]
+    if bad:
+        return f"--url {bad[0]}: give an http:// or https:// URL"
+    return None
+
+
+def _run_remote(args: argparse.Namespace, parameters: dict[str, Any]) -> int:
+    from tqdm import tqdm
+
+    from whosaid.remote import FileJob, FileOutcome, RemoteOptions, RemoteTranscriber
+
+    options = RemoteOptions(
+        urls=tuple(_base_url(url) for url in args.url),
+        output_format=args.format,
+        task=args.task or "transcribe",
+        parameters=parameters,
+        api_key=args.api_key or None,
+        concurrency=args.jobs,
+        retries=args.retries,
+        max_wait_s=args.max_wait_s,
+    )
+    jobs = [FileJob(path, output_path(name, args.output_dir, args.format)) for path, name in args.output_names.items()]
+    progress = tqdm(total=len(jobs), unit="file", file=sys.stderr, disable=True if args.no_progress else None)
+    counts = {"failed": 0, "retried": 0}
+
+    def report(outcome: FileOutcome) -> None:
+        if outcome.error is not None:
+            counts["failed"] += 1
+            tqdm.write(f"whosaid transcribe: {outcome.job.audio_path}: {outcome.error}", file=sys.stderr)
+        counts["retried"] += outcome.retries > 0
+        progress.set_postfix(counts, refresh=False)
+        progress.update(1)
+
+    summary = RemoteTranscriber(options).run(jobs, resume=args.resume, on_outcome=report)
+    progress.close()
+    print(f"whosaid transcribe: {summary.describe()}", file=sys.stderr)
+    return 1 if summary.failed else 0
+
+
+def _base_url(url: str) -> str:
+    """The endpoint's root: a trailing slash or an OpenAI-style /v1 suffix is dropped."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def expand_inputs(paths: list[Path]) -> tuple[dict[Path, Path], Optional[str]]:
+    """FILE|DIR arguments as {audio file: its output name without suffix}: a file's stem, or for
+    the audio files under a folder (sorted), their path below it, so that same-named files in
+    different subfolders stay apart."""
+    names: dict[Path, Path] = {}
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+            if not found:
+                return names, f"{path} holds no audio file ({', '.join(sorted(AUDIO_SUFFIXES))})"
+            names.update((file, file.relative_to(path).with_name(file.stem)) for file in found)
+        else:
+            names[path] = Path(path.stem)
+    return names, None
+
+
+def output_path(output_name: Path, output_dir: Path, output_format: str) -> Path:
+    return output_dir / output_name.parent / f"{output_name.name}{FORMAT_SUFFIXES[output_format]}"
 
 
 def _parameters(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,14 +238,14 @@ def _parameters(args: argparse.Namespace) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-def _check_outputs(files: list[Path], output_dir: Optional[Path]) -> Optional[str]:
+def _check_outputs(names: dict[Path, Path], output_dir: Optional[Path]) -> Optional[str]:
     if output_dir is None:
         return None
-    seen: dict[str, Path] = {}
-    for path in files:
-        if path.stem in seen:
-            return f"{seen[path.stem]} and {path} would both be written as {path.stem}.*; rename one"
-        seen[path.stem] = path
+    seen: dict[Path, Path] = {}
+    for path, name in names.items():
+        if name in seen:
+            return f"{seen[name]} and {path} would both be written as {name}.*; rename one"
+        seen[name] = path
     return None
 
 
@@ -153,13 +270,13 @@ def render_output(transcript: "Transcript", output_format: str, *, task: str, fi
     return rendered.model_dump_json(indent=2) + "\n"
 
 
-def _emit(
-    transcript: "Transcript", path: Path, output_format: str, output_dir: Optional[Path], *, many: bool, task: str
-) -> None:
+def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, many: bool, task: str) -> None:
+    output_format = args.format
     text = render_output(transcript, output_format, task=task, file_id=path.stem)
-    if output_dir is not None:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / f"{path.stem}{FORMAT_SUFFIXES[output_format]}").write_text(text, encoding="utf-8")
+    if args.output_dir is not None:
+        from whosaid.remote import write_atomically
+
+        write_atomically(output_path(args.output_names[path], args.output_dir, output_format), text)
     elif many and output_format in JSON_FORMATS:
         line = {"file": str(path), **json.loads(text)}
         sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -44,7 +44,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, inter
 def answers(url: str, status: int = 200) -> bool:
     try:
         return requests.get(url, timeout=2).status_code == status
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):  # not listening yet, or busy starting up
         return False
 
 
@@ -60,9 +60,56 @@ def server_process(
 
 @contextlib.contextmanager
 def server_subprocess(
-    env: Mapping[str, str], log_path: Path, *, wait_ready: bool = True, unset: Sequence[str] = ()
+    env: Mapping[str, str],
+    log_path: Path,
+    *,
+    wait_ready: bool = True,
+    unset: Sequence[str] = (),
+    log_level: str = "warning",
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`server_process`, yielding the process too (to signal it)."""
+    """`server_process`, yielding the process too (to signal it). `log_level="info"` adds
+    Uvicorn's access log: one line per answered request."""
+    with server_subprocesses([env], [log_path], wait_ready=wait_ready, unset=unset, log_level=log_level) as servers:
+        yield servers[0]
+
+
+@contextlib.contextmanager
+def server_subprocesses(
+    envs: Sequence[Mapping[str, str]],
+    log_paths: Sequence[Path],
+    *,
+    wait_ready: bool = True,
+    unset: Sequence[str] = (),
+    log_level: str = "warning",
+) -> Iterator[list[tuple[str, subprocess.Popen]]]:
+    """Several servers, started together (their start-ups overlap); yields (url, process) each."""
+    started: list[tuple[str, subprocess.Popen, Path]] = []
+    try:
+        for env, log_path in zip(envs, log_paths):
+            started.append(_start_server(env, log_path, unset=unset, log_level=log_level))
+        for url, process, log_path in started:
+
+            def up(url: str = url, process: subprocess.Popen = process, log_path: Path = log_path) -> bool:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the server exited with {process.returncode}:\n{_tail(log_path)}")
+                return answers(f"{url}/ready" if wait_ready else f"{url}/health")
+
+            wait_until(up, SERVER_START_TIMEOUT_S, "the server to start", interval_s=0.2)
+        yield [(url, process) for url, process, _ in started]
+    finally:
+        for _, process, _ in started:
+            process.terminate()
+        for _, process, _ in started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _start_server(
+    env: Mapping[str, str], log_path: Path, *, unset: Sequence[str], log_level: str
+) -> tuple[str, subprocess.Popen, Path]:
     port = free_port()
     full_env = {
         **os.environ,
@@ -86,27 +133,11 @@ def server_subprocess(
         "--port",
         str(port),
         "--log-level",
-        "warning",
+        log_level,
     ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited with {process.returncode}:\n{_tail(log_path)}")
-            return answers(f"{url}/ready" if wait_ready else f"{url}/health")
-
-        wait_until(up, SERVER_START_TIMEOUT_S, "the server to start", interval_s=0.2)
-        yield url, process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return f"http://127.0.0.1:{port}", process, log_path
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, Optional, Sequence
+from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from whosaid.audio import AudioInput, load_audio
 from whosaid.cancellation import StopSignal, TimeBudget
@@ -15,6 +15,16 @@ from whosaid.server.errors import ApiError
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.metrics import Metrics
 from whosaid.server.state import EngineState
+
+
+class JobListener(Protocol):
+    """Progress of one job, called from its worker thread (streamed responses)."""
+
+    def accepted(self, duration_s: float) -> None:
+        """The audio decoded and is within the limits: the job will not fail on its input."""
+
+    def text(self, delta: str) -> None:
+        """More of the transcript's text, in order."""
 
 
 class TranscriptionService:
@@ -42,14 +52,16 @@ class TranscriptionService:
         *,
         extra_warnings: Sequence[str] = (),
         is_disconnected: Optional[Callable[[], Awaitable[bool]]] = None,
+        listener: Optional[JobListener] = None,
     ) -> Transcript:
         """What Engine.run does, split so that cheap checks happen before a request takes a
-        place in the queue and the expensive ones (decoding, inference) in a worker thread."""
+        place in the queue and the expensive ones (decoding, inference) in a worker thread.
+        `listener` hears, from that thread, when the audio is accepted and each piece of text."""
         engine = self.engine()
         config, warnings = engine.parse_parameters(parameters)
         all_warnings = [*warnings, *extra_warnings]
         return await self.limiter.run(
-            lambda stop: self._job(engine, inputs, config, all_warnings, stop),
+            lambda stop: self._job(engine, inputs, config, all_warnings, stop, listener),
             is_disconnected=is_disconnected,
         )
 
@@ -60,6 +72,7 @@ class TranscriptionService:
         config: InferenceConfig,
         warnings: Sequence[str],
         stop: StopSignal,
+        listener: Optional[JobListener] = None,
     ) -> Transcript:
         started = time.perf_counter()
         audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
@@ -71,8 +84,16 @@ class TranscriptionService:
                 f"{self.max_audio_duration_s:g} s (MAX_AUDIO_DURATION_S); split it and send the parts",
             )
         stop.start_budget(self.time_budget, audio.duration_s)
+        if listener is not None:
+            listener.accepted(audio.duration_s)
         try:
-            transcript = engine.transcribe(audio, config, warnings=warnings, should_stop=stop)
+            transcript = engine.transcribe(
+                audio,
+                config,
+                warnings=warnings,
+                should_stop=stop,
+                on_text=listener.text if listener is not None else None,
+            )
         finally:
             if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
                 del audio

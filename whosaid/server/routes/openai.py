@@ -6,7 +6,9 @@ loaded). `prompt` conditions the first window (the handler's `initial_prompt`);
 `timestamp_granularities[]=word` adds OpenAI's `words` to verbose_json. Sampling
 temperatures are not supported: they are accepted and reported as warnings rather than refused,
 so that existing clients keep working.
-Speaker-count hints (num_speakers, min_speakers, max_speakers) are extra form fields.
+Speaker-count hints (num_speakers, min_speakers, max_speakers) and POST /'s batch_size,
+chunk_length_s and assisted are extra form fields.
+`stream=true` answers with server-sent events (whosaid.server.streaming).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
 from whosaid.server.service import TranscriptionService
+from whosaid.server.streaming import stream_transcription
 
 router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
 
@@ -41,8 +44,12 @@ MEDIA_TYPES = {
     "rttm": "text/plain",
 }
 _TEXT_RESPONSES = {
-    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text",
-    "content": {media_type: {"schema": {"type": "string"}} for media_type in sorted(set(MEDIA_TYPES.values()))},
+    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text; "
+    "with stream=true, server-sent events (transcript.text.delta, transcript.text.segment, transcript.text.done)",
+    "content": {
+        media_type: {"schema": {"type": "string"}}
+        for media_type in sorted({*MEDIA_TYPES.values(), "text/event-stream"})
+    },
 }
 
 
@@ -69,10 +76,18 @@ class AudioForm(BaseModel):
         alias="timestamp_granularities[]",
         description="segment timestamps are always given; 'word' adds `words` to verbose_json",
     )
-    stream: bool = Field(default=False, description="streaming is not supported")
+    stream: bool = Field(
+        default=False,
+        description="server-sent events: transcript.text.delta as windows finish, then "
+        "transcript.text.done (response_format json or text; diarized_json adds transcript.text.segment "
+        "events with speakers before done)",
+    )
     num_speakers: Optional[int] = Field(default=None, description="exact number of speakers")
     min_speakers: Optional[int] = Field(default=None, description="lower bound on speakers")
     max_speakers: Optional[int] = Field(default=None, description="upper bound on speakers")
+    batch_size: Optional[int] = Field(default=None, description="windows decoded together (POST /'s batch_size)")
+    chunk_length_s: Optional[float] = Field(default=None, description="window length for long audio, 5 to 30 s")
+    assisted: Optional[str] = Field(default=None, description="speculative decoding: true, false or auto")
 
     def parameters(self, task: Task) -> dict[str, object]:
         """The core's request parameters (validated there, like every edge's)."""
@@ -84,6 +99,9 @@ class AudioForm(BaseModel):
             "num_speakers": self.num_speakers,
             "min_speakers": self.min_speakers,
             "max_speakers": self.max_speakers,
+            "batch_size": self.batch_size,
+            "chunk_length_s": self.chunk_length_s,
+            "assisted": self.assisted,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -138,8 +156,6 @@ async def create_translation(
 
 
 async def _respond(request: Request, form: AudioForm, service: TranscriptionService, *, task: Task) -> Response:
-    if form.stream:
-        raise ApiError(422, "invalid_parameters", "streaming is not supported; send stream=false", param="stream")
     if form.response_format in DIARIZED_FORMATS and service.engine().diarizer is None:
         raise ApiError(
             422,
@@ -149,6 +165,15 @@ async def _respond(request: Request, form: AudioForm, service: TranscriptionServ
             param="response_format",
         )
     data = await form.file.read()
+    if form.stream:
+        return await stream_transcription(
+            request,
+            service,
+            data,
+            form.parameters(task),
+            extra_warnings=form.ignored(),
+            response_format=form.response_format,
+        )
     transcript = await service.transcribe(
         data,
         form.parameters(task),

@@ -1,0 +1,163 @@
+"""`stream=true` on /v1/audio/transcriptions, read by the real openai SDK from a real server
+(whisper-tiny.en's real weights, the built-in diarizer): text deltas arrive while the job still
+runs, join into the done event's text, which is the non-streaming answer's; diarized_json adds
+the same speaker segments the non-streaming call returns; a client that leaves stops its job."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+import requests
+from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
+
+from tests.support.audio_files import encode
+from tests.support.server import server_process, threaded_server, wait_until
+from whosaid.server import ServerSettings, create_app
+
+pytestmark = pytest.mark.slow
+
+#: One window of at most 10 s at a time: the sample's 23 s of speech make three window batches.
+SMALL_WINDOWS = {"batch_size": 1, "chunk_length_s": 10, "language": "en"}
+API_KEY = "stream-key"
+
+
+def metric(url: str, name: str) -> float:
+    response = requests.get(f"{url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
+    response.raise_for_status()
+    for line in response.text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture(scope="module")
+def server(converted_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = {
+        "ASR_MODEL": str(converted_model("whisper-tiny.en")),
+        "DIARIZATION_MODEL": "builtin",
+        "DEVICE": "cpu",
+        "API_KEY": API_KEY,
+    }
+    with server_process(env, tmp_path_factory.mktemp("server-stream") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> OpenAI:
+    return OpenAI(base_url=f"{server}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def sample(sample_wav: Path) -> bytes:
+    """pyannote's 30 s two-speaker sample."""
+    return sample_wav.read_bytes()
+
+
+def test_deltas_arrive_while_the_job_runs_and_join_into_the_non_streaming_text(
+    server: str, client: OpenAI, sample: bytes
+) -> None:
+    arrivals: list[tuple[float, object]] = []
+    running_at_first_delta = None
+    stream = client.audio.transcriptions.create(
+        model="whisper-1", file=("sample.wav", sample), stream=True, extra_body=SMALL_WINDOWS
+    )
+    for event in stream:
+        arrivals.append((time.monotonic(), event))
+        if running_at_first_delta is None:
+            running_at_first_delta = metric(server, "whosaid_jobs_running")
+    answer = client.audio.transcriptions.create(model="whisper-1", file=("sample.wav", sample), extra_body=SMALL_WINDOWS)
+
+    kinds = [event.type for _, event in arrivals]
+    deltas = [event.delta for _, event in arrivals if event.type == "transcript.text.delta"]
+    done = arrivals[-1][1]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}
+    assert len(deltas) >= 2, kinds
+    # The first text came while the job was still decoding the rest of the recording.
+    assert running_at_first_delta == 1
+    assert arrivals[-1][0] - arrivals[0][0] > 0.3
+    assert "".join(deltas) == done.text == answer.text
+    assert "know you were there" in done.text  # real weights, real words
+    assert [language.code for language in done.languages] == ["en"]
+
+
+def test_diarized_stream_sends_the_speaker_segments_of_the_non_streaming_answer(
+    client: OpenAI, sample: bytes
+) -> None:
+    events = list(
+        client.audio.transcriptions.create(
+            model="whisper-1",
+            file=("sample.wav", sample),
+            stream=True,
+            response_format="diarized_json",
+            extra_body={"language": "en"},
+        )
+    )
+    answer = client.audio.transcriptions.create(
+        model="whisper-1", file=("sample.wav", sample), response_format="diarized_json", extra_body={"language": "en"}
+    )
+    segments = [event for event in events if event.type == "transcript.text.segment"]
+    kinds = [event.type for event in events]
+    # Speakers need the whole recording: every segment comes after the last delta.
+    assert kinds.index("transcript.text.segment") > max(i for i, kind in enumerate(kinds) if kind == "transcript.text.delta")
+    assert kinds[-1] == "transcript.text.done" and events[-1].text == answer.text
+    assert [(s.id, s.start, s.end, s.speaker, s.text) for s in segments] == [
+        (s.id, s.start, s.end, s.speaker, s.text) for s in answer.segments
+    ]
+    assert len({segment.speaker for segment in segments}) == 2
+
+
+def test_errors_before_the_stream_are_plain_http_errors(client: OpenAI, sample: bytes) -> None:
+    with pytest.raises(BadRequestError) as not_audio:
+        client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b"not audio at all"), stream=True)
+    assert not_audio.value.status_code == 400 and not_audio.value.code == "invalid_audio"
+    with pytest.raises(UnprocessableEntityError) as srt:
+        client.audio.transcriptions.create(model="whisper-1", file=("sample.wav", sample), stream=True, response_format="srt")
+    assert srt.value.code == "invalid_parameters" and "send stream=false" in srt.value.message
+
+
+def test_a_client_that_leaves_stops_its_streamed_job(server: str, client: OpenAI, sample_audio) -> None:
+    two_minutes = encode(np.tile(sample_audio.samples, 4), 16_000, "flac")
+    finished_before = metric(server, 'whosaid_transcriptions_total{decoding="batched"}')
+    stream = client.audio.transcriptions.create(
+        model="whisper-1", file=("long.flac", two_minutes), stream=True, extra_body=SMALL_WINDOWS
+    )
+    first = next(iter(stream))
+    assert first.type == "transcript.text.delta"
+    stream.close()
+    left = time.monotonic()
+    wait_until(lambda: metric(server, "whosaid_jobs_running") == 0, 20, "the job to stop")
+    stopped_after_s = time.monotonic() - left
+    # Stopped, not finished: no transcription was counted, and the slot serves the next request.
+    assert metric(server, 'whosaid_transcriptions_total{decoding="batched"}') == finished_before
+    assert stopped_after_s < 10
+    short = encode(sample_audio.samples[7 * 16_000 : 10 * 16_000], 16_000, "wav")
+    assert client.audio.transcriptions.create(model="whisper-1", file=("s.wav", short)).text
+
+
+def test_a_failure_after_the_stream_began_is_an_error_event(tiny_whisper, make_engine, sample_audio) -> None:
+    """In this process, with a tiny random-weight Whisper and a time budget of 0.2 s: two
+    minutes in 5 s windows cannot finish in it, so the job stops after its audio was accepted."""
+    engine = make_engine(tiny_whisper("stream-budget", seed=5))
+    settings = ServerSettings(api_key=None, job_time_budget_base_s=0.2, job_time_budget_per_audio_s=0)
+    two_minutes = encode(np.tile(sample_audio.samples, 4), 16_000, "flac")
+    with threaded_server(create_app(lambda: engine, settings)) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+        stream = client.audio.transcriptions.create(
+            model="whisper-1",
+            file=("long.flac", two_minutes),
+            stream=True,
+            extra_body={**SMALL_WINDOWS, "chunk_length_s": 5},
+        )
+        received = []
+        with pytest.raises(APIError) as stopped:
+            for event in stream:
+                received.append(event)
+        assert stopped.value.body["code"] == "time_budget_exceeded"
+        assert "time budget of 0 s for 120.0 s of audio" in stopped.value.message
+        assert all(event.type == "transcript.text.delta" for event in received)
+        # The server keeps serving.
+        assert requests.get(f"{url}/health", timeout=5).status_code == 200

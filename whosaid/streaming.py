@@ -1,0 +1,32 @@
+"""Text of a transcript piece by piece, as its window batches finish (streamed responses).
+
+The pieces join into exactly the finished transcript's `text`: that text is the chunks' texts
+joined and stripped, so the first piece loses its leading whitespace and each piece's trailing
+whitespace is held back until more text follows (the last piece's is never sent).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+
+class TextDeltas:
+    """Feeds `emit` the new text of each batch; empty pieces are never emitted."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._started = False
+        self._held_whitespace = ""
+
+    def add(self, texts: Iterable[str]) -> None:
+        # Whitespace-only pieces are dropped, as the recognizer drops empty chunks.
+        text = "".join(piece for piece in texts if piece.strip())
+        if not text:
+            return
+        if not self._started:
+            text = text.lstrip()
+            self._started = True
+        body = text.rstrip()
+        delta = self._held_whitespace + body
+        self._held_whitespace = text[len(body) :]
+        self._emit(delta)
