@@ -50,7 +50,7 @@ def servers(tiny_whisper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     folder = tmp_path_factory.mktemp("servers")
     logs = [folder / "a.log", folder / "b.log"]
     with server_subprocesses([env, env], logs, log_level="info") as started:
-        yield [(url, process, log) for (url, process), log in zip(started, logs)]
+        yield [(url, process, log) for (url, process), log in zip(started, logs, strict=True)]
 
 
 def answered(log: Path, status: int) -> int:

@@ -69,7 +69,9 @@ def test_deltas_arrive_while_the_job_runs_and_join_into_the_non_streaming_text(
         arrivals.append((time.monotonic(), event))
         if running_at_first_delta is None:
             running_at_first_delta = metric(server, "whosaid_jobs_running")
-    answer = client.audio.transcriptions.create(model="whisper-1", file=("sample.wav", sample), extra_body=SMALL_WINDOWS)
+    answer = client.audio.transcriptions.create(
+        model="whisper-1", file=("sample.wav", sample), extra_body=SMALL_WINDOWS
+    )
 
     kinds = [event.type for _, event in arrivals]
     deltas = [event.delta for _, event in arrivals if event.type == "transcript.text.delta"]
@@ -102,7 +104,8 @@ def test_diarized_stream_sends_the_speaker_segments_of_the_non_streaming_answer(
     segments = [event for event in events if event.type == "transcript.text.segment"]
     kinds = [event.type for event in events]
     # Speakers need the whole recording: every segment comes after the last delta.
-    assert kinds.index("transcript.text.segment") > max(i for i, kind in enumerate(kinds) if kind == "transcript.text.delta")
+    last_delta = max(i for i, kind in enumerate(kinds) if kind == "transcript.text.delta")
+    assert kinds.index("transcript.text.segment") > last_delta
     assert kinds[-1] == "transcript.text.done" and events[-1].text == answer.text
     assert [(s.id, s.start, s.end, s.speaker, s.text) for s in segments] == [
         (s.id, s.start, s.end, s.speaker, s.text) for s in answer.segments
@@ -115,7 +118,9 @@ def test_errors_before_the_stream_are_plain_http_errors(client: OpenAI, sample: 
         client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b"not audio at all"), stream=True)
     assert not_audio.value.status_code == 400 and not_audio.value.code == "invalid_audio"
     with pytest.raises(UnprocessableEntityError) as srt:
-        client.audio.transcriptions.create(model="whisper-1", file=("sample.wav", sample), stream=True, response_format="srt")
+        client.audio.transcriptions.create(
+            model="whisper-1", file=("sample.wav", sample), stream=True, response_format="srt"
+        )
     assert srt.value.code == "invalid_parameters" and "send stream=false" in srt.value.message
 
 

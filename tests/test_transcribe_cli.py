@@ -157,14 +157,15 @@ def test_a_folder_keeps_its_subfolders_and_resume_skips_finished_outputs(
     capsys, tiny: Path, clips: list[Path], tmp_path: Path
 ) -> None:
     folder = tmp_path / "in"
-    for day, clip in zip(("monday", "tuesday"), clips):
+    for day, clip in zip(("monday", "tuesday"), clips, strict=True):
         (folder / day).mkdir(parents=True)
         (folder / day / f"call{clip.suffix}").write_bytes(clip.read_bytes())
     (folder / "notes.txt").write_text("not audio, not picked up")
     out = tmp_path / "out"
     status, _, _ = run_cli(capsys, str(folder), "--asr-model", str(tiny), "-f", "text", "-o", str(out))
     assert status == 0
-    assert sorted(path.relative_to(out).as_posix() for path in out.rglob("*.txt")) == ["monday/call.txt", "tuesday/call.txt"]
+    written = sorted(path.relative_to(out).as_posix() for path in out.rglob("*.txt"))
+    assert written == ["monday/call.txt", "tuesday/call.txt"]
     (out / "monday" / "call.txt").write_text("kept\n")
     (out / "tuesday" / "call.txt").unlink()
     status, _, _ = run_cli(capsys, str(folder), "--asr-model", str(tiny), "-f", "text", "-o", str(out), "--resume")

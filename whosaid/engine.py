@@ -119,7 +119,9 @@ class Engine:
         with _translate_failures("speech recognition"):
             # Speakers are attributed word by word, so a diarizer needs the words' times (the
             # response lists them only when the request asked).
-            asr_config = config.model_copy(update={"return_timestamps": "word"}) if self.diarizer is not None else config
+            asr_config = config
+            if self.diarizer is not None:
+                asr_config = config.model_copy(update={"return_timestamps": "word"})
             # Passed only when asked for: recognizers without streaming keep working.
             streaming: dict[str, Any] = {}
             if on_text is not None:

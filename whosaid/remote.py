@@ -174,7 +174,8 @@ class RemoteTranscriber:
             try:
                 text = self._render(body)
             except ValueError as error:  # a 200 that is not what the route answers
-                raise _failed(f"{url}: an answer that is not {self.options.output_format}: {error}", retries + 1)
+                message = f"{url}: an answer that is not {self.options.output_format}: {error}"
+                raise _failed(message, retries + 1) from error
             audio_duration_s = _duration_s(body, job.audio_path)
             write_atomically(job.output_path, text)
         except (OSError, _FileFailed) as error:

@@ -51,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files", nargs="+", type=Path, metavar="FILE|DIR", help="audio files, or folders searched for audio files"
     )
-    parser.add_argument("-f", "--format", default="json", choices=tuple(FORMAT_SUFFIXES), help="output format (default: json)")
+    parser.add_argument(
+        "-f", "--format", default="json", choices=tuple(FORMAT_SUFFIXES), help="output format (default: json)"
+    )
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE_STEM.<ext> here instead of stdout")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
     parser.add_argument("--language", help="spoken language (code or name); detected when absent")

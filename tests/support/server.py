@@ -85,7 +85,7 @@ def server_subprocesses(
     """Several servers, started together (their start-ups overlap); yields (url, process) each."""
     started: list[tuple[str, subprocess.Popen, Path]] = []
     try:
-        for env, log_path in zip(envs, log_paths):
+        for env, log_path in zip(envs, log_paths, strict=True):
             started.append(_start_server(env, log_path, unset=unset, log_level=log_level))
         for url, process, log_path in started:
 
