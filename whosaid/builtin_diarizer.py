@@ -30,6 +30,14 @@ from whosaid.clustering import (
 )
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.diarization import BUILTIN_MODEL, Diarizer, too_many_speakers
+from whosaid.diarizer_frames import (
+    Window,
+    frame_labels,
+    plan_windows,
+    refined_centroids,
+    speaker_turns,
+    unit_vectors,
+)
 from whosaid.errors import InferenceError
 from whosaid.results import SpeakerTurn
 from whosaid.speaker_embedding import MEL_HOP_SAMPLES, SpeakerEncoder, mel_power_frames
@@ -84,13 +92,6 @@ class BuiltinDiarizerOptions:
     min_pause_s: float = 0.1
 
 
-@dataclass(frozen=True)
-class _Window:
-    region: int
-    start_s: float
-    end_s: float
-
-
 class BuiltinDiarizer(Diarizer):
     def __init__(
         self,
@@ -116,17 +117,17 @@ class BuiltinDiarizer(Diarizer):
         )
         samples = _normalised(audio.samples, self.options.target_peak)
         regions = self._speech_regions(samples)
-        windows = _windows(regions, self.options.window_s, self.options.hop_s, self.options.min_window_s)
+        windows = plan_windows(regions, self.options.window_s, self.options.hop_s, self.options.min_window_s)
         if not regions:
             return ()
         if not windows:  # speech, but only in pieces too short to tell voices apart: one speaker
             if count.lowest > 1:
                 raise too_many_speakers(audio.duration_s, speaker_parameters)
-            return _turns(regions, [np.zeros(1, dtype=int)] * len(regions), audio.duration_s)
+            return speaker_turns(regions, [np.zeros(1, dtype=int)] * len(regions), audio.duration_s)
         scoring = [
             window
             for window_s in self.options.score_windows_s
-            for window in _windows(regions, window_s, self.options.score_hop_s, self.options.min_window_s)
+            for window in plan_windows(regions, window_s, self.options.score_hop_s, self.options.min_window_s)
         ]
         embeddings = self._embed(samples, regions, windows + scoring)
         speakers, raw_speakers, centre = self._speakers(
@@ -137,13 +138,13 @@ class BuiltinDiarizer(Diarizer):
             rare = self._rare_voices(windows, embeddings[: len(windows)], raw_speakers, centre, room)
             speakers = np.concatenate([speakers, rare])
         scoring_embeddings = _centred(embeddings[len(windows) :], centre)
-        labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options)
+        labels = frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options.min_turn_s)
         for _ in range(self.options.refinements):
             # Each speaker again, from the windows that lie wholly in that speaker's turns: cleaner
             # than the clustering's windows, some of which straddle a change of speaker.
-            speakers = _refined(speakers, regions, scoring, scoring_embeddings, labels)
-            labels = _frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options)
-        return _turns(regions, labels, audio.duration_s)
+            speakers = refined_centroids(speakers, regions, scoring, scoring_embeddings, labels)
+            labels = frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options.min_turn_s)
+        return speaker_turns(regions, labels, audio.duration_s)
 
     def _speech_regions(self, samples: np.ndarray) -> list[tuple[float, float]]:
         regions = self.vad.speech_regions(samples, options=self.options.vad)
@@ -157,7 +158,7 @@ class BuiltinDiarizer(Diarizer):
         return separate
 
     def _embed(
-        self, samples: np.ndarray, regions: list[tuple[float, float]], windows: list[_Window]
+        self, samples: np.ndarray, regions: list[tuple[float, float]], windows: list[Window]
     ) -> np.ndarray:
         frames_per_s = WHISPER_SAMPLE_RATE_HZ / MEL_HOP_SAMPLES
         mels = {}
@@ -176,7 +177,7 @@ class BuiltinDiarizer(Diarizer):
 
     def _speakers(
         self,
-        windows: list[_Window],
+        windows: list[Window],
         embeddings: np.ndarray,
         count: SpeakerCount,
         duration_s: float,
@@ -192,7 +193,7 @@ class BuiltinDiarizer(Diarizer):
             raise too_many_speakers(duration_s, speaker_parameters)
         group = int(np.ceil(len(reliable) / self.options.max_clustering_points))
         members = [reliable[first : first + group] for first in range(0, len(reliable), group)]
-        points = _unit(np.stack([embeddings[chunk].mean(axis=0) for chunk in members]))
+        points = unit_vectors(np.stack([embeddings[chunk].mean(axis=0) for chunk in members]))
         overlap = max(1.0, self.options.window_s / self.options.hop_s / group)
         neighbours = int(np.ceil(MIN_NEIGHBOURS * overlap / 2))
         n_speakers = estimate_count(points, count, min_neighbours=neighbours)
@@ -226,7 +227,7 @@ class BuiltinDiarizer(Diarizer):
 
     def _rare_voices(
         self,
-        windows: list[_Window],
+        windows: list[Window],
         embeddings: np.ndarray,
         raw_speakers: np.ndarray,
         centre: np.ndarray,
@@ -247,7 +248,7 @@ class BuiltinDiarizer(Diarizer):
             window = windows[members[0]]
             if windows[members[-1]].end_s - window.start_s < self.options.rare_voice_min_s:
                 continue
-            voice = _unit(embeddings[members].mean(axis=0, keepdims=True))[0]
+            voice = unit_vectors(embeddings[members].mean(axis=0, keepdims=True))[0]
             if float((raw_speakers @ voice).max()) >= self.options.rare_voice_similarity:
                 continue
             if voices and float((np.stack(voices) @ voice).max()) >= self.options.same_voice_similarity:
@@ -276,12 +277,8 @@ def _merge_alike(points: np.ndarray, labels: np.ndarray, threshold: float, lowes
     return labels
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-10)
-
-
 def _centred(embeddings: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    return _unit(embeddings - centre)
+    return unit_vectors(embeddings - centre)
 
 
 def _normalised(samples: np.ndarray, target_peak: float) -> np.ndarray:
@@ -351,131 +348,3 @@ def _refine(
         pieces.append((first, last + 1))
     start_s = offset / WHISPER_SAMPLE_RATE_HZ
     return [(start_s + a * frame_s, start_s + b * frame_s) for a, b in pieces]
-
-
-def _windows(regions: list[tuple[float, float]], window_s: float, hop_s: float, min_window_s: float) -> list[_Window]:
-    """Windows of `window_s` every `hop_s` (at most) inside each region, the first and last flush
-    with its edges; a region shorter than a window is one window; shorter than `min_window_s`, none."""
-    windows = []
-    for index, (start_s, end_s) in enumerate(regions):
-        duration_s = end_s - start_s
-        if duration_s < min_window_s:
-            continue
-        if duration_s <= window_s:
-            windows.append(_Window(index, start_s, end_s))
-            continue
-        n_windows = int(np.ceil((duration_s - window_s) / hop_s)) + 1
-        step_s = (duration_s - window_s) / (n_windows - 1)
-        windows += [_Window(index, start_s + i * step_s, start_s + i * step_s + window_s) for i in range(n_windows)]
-    return windows
-
-
-FRAME_S = 0.01
-
-
-def _frame_span(window: _Window, region_start_s: float) -> tuple[int, int]:
-    """The 10 ms frames of its region that a window covers: [first, last)."""
-    first = int(round((window.start_s - region_start_s) / FRAME_S))
-    return first, max(first + 1, int(round((window.end_s - region_start_s) / FRAME_S)))
-
-
-def _frame_labels(
-    regions: list[tuple[float, float]],
-    windows: list[_Window],
-    scores: np.ndarray,
-    options: BuiltinDiarizerOptions,
-) -> list[np.ndarray]:
-    """A speaker index per 10 ms frame of each region: the speaker the covering windows find
-    most similar on average. Regions too short for a window take the nearest labelled frame."""
-    by_region: dict[int, list[int]] = {}
-    for index, window in enumerate(windows):
-        by_region.setdefault(window.region, []).append(index)
-    labels: list[np.ndarray] = []
-    for index, (start_s, end_s) in enumerate(regions):
-        n_frames = max(1, int(round((end_s - start_s) / FRAME_S)))
-        if index not in by_region:
-            labels.append(np.full(n_frames, -1))
-            continue
-        total = np.zeros((n_frames, scores.shape[1]))
-        for window_index in by_region[index]:
-            first, last = _frame_span(windows[window_index], start_s)
-            total[first:last] += scores[window_index]
-        region_labels = np.argmax(total, axis=1)
-        labels.append(_smooth(region_labels, total, int(round(options.min_turn_s / FRAME_S))))
-    _fill_unlabelled(regions, labels)
-    return labels
-
-
-def _refined(
-    speakers: np.ndarray,
-    regions: list[tuple[float, float]],
-    windows: list[_Window],
-    embeddings: np.ndarray,
-    labels: list[np.ndarray],
-) -> np.ndarray:
-    refined = speakers.copy()
-    pure: dict[int, list[int]] = {}
-    for index, window in enumerate(windows):
-        first, last = _frame_span(window, regions[window.region][0])
-        window_labels = labels[window.region][first:last]
-        if len(window_labels) and (window_labels == window_labels[0]).all():
-            pure.setdefault(int(window_labels[0]), []).append(index)
-    for speaker, members in pure.items():
-        refined[speaker] = _unit(embeddings[members].mean(axis=0, keepdims=True))[0]
-    return refined
-
-
-def _smooth(labels: np.ndarray, scores: np.ndarray, min_frames: int) -> np.ndarray:
-    """Merge runs shorter than `min_frames` into the neighbouring run whose speaker scores
-    higher over them, shortest run first, until none is left (or only one run)."""
-    labels = labels.copy()
-    while True:
-        runs = _runs(labels)
-        if len(runs) <= 1:
-            return labels
-        shortest = min(range(len(runs)), key=lambda i: runs[i][1] - runs[i][0])
-        first, last, _ = runs[shortest]
-        if last - first >= min_frames:
-            return labels
-        neighbours = [runs[i][2] for i in (shortest - 1, shortest + 1) if 0 <= i < len(runs)]
-        labels[first:last] = max(neighbours, key=lambda speaker: scores[first:last, speaker].sum())
-
-
-def _runs(labels: np.ndarray) -> list[tuple[int, int, int]]:
-    """(first, end, label) of each run of equal labels."""
-    changes = np.flatnonzero(np.diff(labels)) + 1
-    edges = [0, *changes.tolist(), len(labels)]
-    return [(edges[i], edges[i + 1], int(labels[edges[i]])) for i in range(len(edges) - 1)]
-
-
-def _fill_unlabelled(regions: list[tuple[float, float]], labels: list[np.ndarray]) -> None:
-    labelled = [index for index, region_labels in enumerate(labels) if region_labels[0] >= 0]
-    if not labelled:
-        for region_labels in labels:
-            region_labels[:] = 0
-        return
-    for index, region_labels in enumerate(labels):
-        if region_labels[0] >= 0:
-            continue
-        middle_s = sum(regions[index]) / 2
-
-        def distance_s(other: int, middle_s: float = middle_s) -> float:
-            start_s, end_s = regions[other]
-            return 0.0 if start_s <= middle_s <= end_s else min(abs(middle_s - start_s), abs(middle_s - end_s))
-
-        nearest = min(labelled, key=distance_s)
-        edge = labels[nearest][0] if regions[nearest][0] > middle_s else labels[nearest][-1]
-        region_labels[:] = edge
-
-
-def _turns(regions: list[tuple[float, float]], labels: list[np.ndarray], duration_s: float) -> tuple[SpeakerTurn, ...]:
-    names: dict[int, str] = {}
-    turns: list[SpeakerTurn] = []
-    for (start_s, end_s), region_labels in zip(regions, labels, strict=True):
-        for first, last, label in _runs(region_labels):
-            name = names.setdefault(label, f"SPEAKER_{len(names):02d}")
-            turn_start_s = max(0.0, start_s + first * FRAME_S)
-            turn_end_s = min(duration_s, end_s if last == len(region_labels) else start_s + last * FRAME_S)
-            if turn_end_s > turn_start_s:
-                turns.append(SpeakerTurn(turn_start_s, turn_end_s, name))
-    return tuple(turns)
