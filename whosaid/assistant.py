@@ -220,7 +220,8 @@ def _batch(labels: PseudoLabels, rows: Sequence[int], pad_token_id: int) -> tupl
         sequence = labels.sequences[row]
         input_ids[position, : len(sequence)] = torch.tensor(sequence)
         drafted[position, labels.prompt_lengths[row] - 1 : len(sequence) - 1] = True
-    return input_ids, labels.encoder_states[list(rows)], drafted
+    states = labels.encoder_states[list(rows)]
+    return input_ids.to(states.device), states, drafted.to(states.device)
 
 
 def _main_logits(main_model: Any, input_ids: Any, states: Any) -> Any:
@@ -318,12 +319,13 @@ def make_assistant(
     decoder_layers: str = "first,last",
     tuning_clips: Sequence[np.ndarray] = (),
     tuning: TuningOptions = TuningOptions(),
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Build (and with `tuning_clips`, tune) an assistant for the Whisper model in `model_dir`
-    and save it to `output_dir`. Returns what was written to its info file."""
+    """Build (and with `tuning_clips`, tune on `device`) an assistant for the Whisper model in
+    `model_dir` and save it to `output_dir`, in float32. Returns what was written to its info file."""
     from transformers import AutoProcessor, WhisperForConditionalGeneration
 
-    main_model = WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
+    main_model = WhisperForConditionalGeneration.from_pretrained(model_dir).to(device).eval()
     processor = AutoProcessor.from_pretrained(model_dir)
     layers = parse_decoder_layers(decoder_layers, main_model.config.decoder_layers)
     assistant = build_assistant(main_model, layers)
