@@ -4,7 +4,7 @@ path, speculative decoding with both assistant kinds (still token-identical in f
 Models are random (a base-sized main model, a distil-style and a seq2seq assistant) with the real
 tokenizer, so it needs only the small tokenizer files of a converted model, no weights:
 
-    python scripts/gpu_check.py --tokenizer-dir models/whisper-base --audio sample.wav
+    python -m scripts.gpu_check --tokenizer-dir models/whisper-base --audio sample.wav   # from the repository root
 
 Timings with random weights say nothing about speculative decoding's gain (a random assistant's
 drafts are all rejected); they show that every path runs on the device.

@@ -156,7 +156,8 @@ class InferenceConfig(BaseModel):
     assisted: Union[bool, Literal["auto"]] = Field(
         default="auto",
         description="speculative decoding with the assistant model: true, false, or 'auto' "
-        "(assisted when an assistant is loaded and the audio fits in one chunk)",
+        "(assisted when an assistant is loaded, no batch_size above 1 was asked for, and the audio "
+        "lasts at most ASSISTED_MAX_DURATION_S)",
     )
     chunk_length_s: float = Field(
         default=WHISPER_WINDOW_S,
