@@ -16,17 +16,15 @@ never changes; a better assistant only drafts more tokens that are kept.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from whosaid.errors import InvalidParametersError
 
-logger = logging.getLogger(__name__)
 
 #: Written beside the weights: how the assistant was made (source model, layers, tuning).
 ASSISTANT_INFO_FILE = "whosaid_assistant.json"

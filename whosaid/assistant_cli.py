@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             tuning_clips=clips,
             tuning=TuningOptions(steps=args.steps, learning_rate=args.learning_rate),
         )
-    except (WhosaidError, FileNotFoundError) as error:
+    except (WhosaidError, OSError) as error:  # OSError: unreadable files, a broken model directory
         print(f"whosaid make-assistant: {error}", file=sys.stderr)
         return 2 if isinstance(error, (ValueError, FileNotFoundError)) else 1
     print(json.dumps(info, indent=2))
