@@ -2,6 +2,7 @@
 
     ASR_MODEL          Whisper model id or directory (required)
     ASSISTANT_MODEL    assistant for speculative decoding (optional)
+    ASSISTED_MAX_DURATION_S  assisted='auto' assists audio up to this long (30 on CUDA, 0 on CPU)
     DIARIZATION_MODEL  pyannote pipeline id or directory (optional)
     HF_TOKEN           token for gated models (a secret)
     DEVICE, DTYPE, ATTN_IMPLEMENTATION   'auto' by default

@@ -246,10 +246,9 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             ),
         ),
         Implementation(
-            "whosaid-auto", "assisted", "assistant loaded, assisted='auto' (assists up to 30 s), batch_size",
-            _whosaid_loader(
-                lambda job: {"language": "en", "assisted": "auto", "batch_size": job.batch_size}, with_assistant=True
-            ),
+            "whosaid-auto", "assisted",
+            "assistant loaded, assisted='auto' and no batch_size (assists up to ASSISTED_MAX_DURATION_S)",
+            _whosaid_loader(lambda job: {"language": "en", "assisted": "auto"}, with_assistant=True),
         ),
         Implementation(
             "diarization", "diarization",

@@ -109,13 +109,53 @@ def test_assisted_long_audio_equals_sequential_greedy(make_engine, models, sampl
     assert engine.transcribe(long_audio, config(assisted=True)).decoding == ASSISTED
 
 
-def test_auto_assists_short_audio_only(make_engine, models, sample_audio, clips) -> None:
+@pytest.fixture(scope="module")
+def crossover_engine(models):
+    """The distil pair with 'auto' assisting audio up to 20 s (ASSISTED_MAX_DURATION_S)."""
+    from whosaid.config import ModelSettings
+    from whosaid.engine import Engine
+
+    settings = ModelSettings(
+        asr_model=str(models["main"]), assistant_model=str(models["distil"]), device="cpu", assisted_max_duration_s=20
+    )
+    return Engine.from_settings(settings)
+
+
+def test_auto_assists_up_to_the_crossover_duration(crossover_engine, sample_audio, clips) -> None:
+    recognizer = crossover_engine.recognizer
+    # Through SpeechRecognizer: short -> assisted, long -> batched, at the set crossover.
+    assert recognizer.uses_assistant(config(), 20.0) and not recognizer.uses_assistant(config(), 20.01)
+    assert crossover_engine.transcribe(clips[0], config()).decoding == ASSISTED  # 8 s
+    assert crossover_engine.transcribe(sample_audio, config()).decoding == BATCHED  # 30 s
+    # A request that asks for batches of several windows is batched; batch_size=1 is not a batch.
+    assert crossover_engine.transcribe(clips[0], config(batch_size=4)).decoding == BATCHED
+    assert crossover_engine.transcribe(clips[0], config(batch_size=1)).decoding == ASSISTED
+    # true and false are obeyed whatever the length.
+    assert crossover_engine.transcribe(clips[0], config(assisted=False)).decoding == BATCHED
+    assert crossover_engine.transcribe(sample_audio, config(assisted=True)).decoding == ASSISTED
+
+
+def test_auto_never_assists_on_cpu_by_default(make_engine, models, clips) -> None:
+    """On CPU speculative decoding lost at every length measured (benchmarks/assisted.py):
+    without ASSISTED_MAX_DURATION_S, 'auto' decodes batched there; true still assists."""
+    from whosaid.assistant import DEFAULT_ASSISTED_MAX_DURATION_S, assisted_max_duration_s
+
     engine = make_engine(models["main"], models["distil"])
-    assert engine.transcribe(clips[0], config()).decoding == ASSISTED
-    assert engine.transcribe(clips[0], config(chunk_length_s=5)).decoding == BATCHED
-    long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 5 * 16000]]), 16000)
-    assert engine.transcribe(long_audio, config()).decoding == BATCHED
-    assert engine.transcribe(clips[0], config(assisted=False)).decoding == BATCHED
+    assert assisted_max_duration_s(engine.recognizer.assistant) == DEFAULT_ASSISTED_MAX_DURATION_S["cpu"] == 0.0
+    assert engine.transcribe(clips[0], config()).decoding == BATCHED
+    assert engine.transcribe(clips[0], config(assisted=True)).decoding == ASSISTED
+
+
+def test_assisted_max_duration_setting_is_read_and_checked(monkeypatch) -> None:
+    from pydantic import ValidationError
+
+    from whosaid.config import ModelSettings
+
+    monkeypatch.setenv("ASSISTED_MAX_DURATION_S", "45")
+    assert ModelSettings(asr_model="m").assisted_max_duration_s == 45.0
+    monkeypatch.setenv("ASSISTED_MAX_DURATION_S", "-1")
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        ModelSettings(asr_model="m")
 
 
 def test_without_assistant_auto_is_batched_and_true_is_refused(make_engine, models, clips) -> None:

@@ -192,7 +192,11 @@ def load_assistant(name: str, main_model: Any, settings: ModelSettings) -> Any:
             assistant.__class__ = _candidate_whisper_class()
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
-    return assistant.to(settings.resolved_device()).eval()
+    from whosaid.assistant import set_assisted_max_duration
+
+    assistant = assistant.to(settings.resolved_device()).eval()
+    set_assisted_max_duration(assistant, settings)
+    return assistant
 
 
 class SpeechRecognizer:
@@ -250,11 +254,10 @@ class SpeechRecognizer:
         return self.assistant is not None
 
     def uses_assistant(self, config: InferenceConfig, duration_s: float) -> bool:
-        """'auto' assists when an assistant is loaded and the audio fits in one chunk: there
-        speculative decoding wins; on longer audio batching the chunks wins."""
-        if config.assisted == "auto":
-            return self.has_assistant and duration_s <= config.chunk_length_s
-        return bool(config.assisted)
+        """'auto' assists up to the measured crossover duration (whosaid.assistant.assists)."""
+        from whosaid.assistant import assists
+
+        return assists(self.assistant, config, duration_s)
 
     def decoding_options(self, config: InferenceConfig) -> DecodingOptions:
         """The request's decoder options, checked against this model."""

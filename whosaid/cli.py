@@ -13,6 +13,10 @@ from typing import Optional, Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("whosaid.convert.cli", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
     "deploy": ("whosaid.deploy.cli", "create and manage the Inference Endpoint"),
+    "make-assistant": (
+        "whosaid.assistant_cli",
+        "build a speculative-decoding assistant from a Whisper model's own decoder",
+    ),
     "transcribe": ("whosaid.transcribe_cli", "transcribe (and diarize) audio files"),
     "serve": ("whosaid.serve_cli", "run the HTTP server (Inference Endpoints and OpenAI-compatible API)"),
 }

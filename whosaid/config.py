@@ -55,6 +55,13 @@ class ModelSettings(BaseSettings):
         "pipeline: a Hub id (pyannote/speaker-diarization-community-1, pyannote/speaker-diarization-3.1) "
         "or a local directory holding config.yaml; 'none' or empty: no diarization.",
     )
+    assisted_max_duration_s: Optional[float] = Field(
+        default=None,
+        ge=0,
+        description="assisted='auto' decodes audio up to this long with the assistant, longer audio "
+        "batched. Unset: the crossover measured by benchmarks/assisted.py for the device "
+        "(whosaid.assistant.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
+    )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."
     )
@@ -149,7 +156,8 @@ class InferenceConfig(BaseModel):
     assisted: Union[bool, Literal["auto"]] = Field(
         default="auto",
         description="speculative decoding with the assistant model: true, false, or 'auto' "
-        "(assisted when an assistant is loaded and the audio fits in one chunk)",
+        "(assisted when an assistant is loaded, no batch_size above 1 was asked for, and the audio "
+        "lasts at most ASSISTED_MAX_DURATION_S)",
     )
     chunk_length_s: float = Field(
         default=WHISPER_WINDOW_S,
