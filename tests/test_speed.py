@@ -6,15 +6,17 @@ No timings here: benchmarks/speed.py measures them."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 
-from tests.support.fallback import always_fall_back, never_fall_back
+from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
+from tests.support.reference import transcribe_with_generate
 from whosaid.asr import BATCHED
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
-from whosaid.decoding import GreedyWhisperDecoder, compression_ratio, needs_fallback, split_segments
+from whosaid.decoding import FallbackOptions, GreedyWhisperDecoder, compression_ratio, needs_fallback, split_segments
 from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
 
 RATE = 16_000
@@ -66,7 +68,7 @@ def reference_tokens(recognizer, features, **kwargs) -> list[list[int]]:
 def greedy(recognizer, windows: list[np.ndarray]):
     import torch
 
-    features = recognizer._features(windows)
+    features = recognizer.features(windows)
     language = "en" if recognizer.is_multilingual else None
     with torch.inference_mode():
         states = recognizer.model.get_encoder()(features).last_hidden_state
@@ -129,28 +131,28 @@ def test_scoring_tokens_decoded_elsewhere_gives_the_loops_measures(tiny_en_engin
 def test_a_repeating_row_stops_early_and_falls_back(tiny_engine, sample_audio) -> None:
     import torch
 
-    from whosaid.decoding import REPETITION_CHECK_FROM
-
     recognizer = tiny_engine.recognizer
-    decoder = GreedyWhisperDecoder(recognizer.model)
+    fallback = FallbackOptions(repetition_check_from=40, repetition_check_every=8)
+    decoder = GreedyWhisperDecoder(recognizer.model, fallback)
     # the tiny model's own cap (24 tokens) would end it first
     decoder.generation_config = copy.deepcopy(decoder.generation_config)
     decoder.generation_config.max_length = 200
-    features = recognizer._features([sample_audio.samples[7 * RATE : 15 * RATE]])
+    features = recognizer.features([sample_audio.samples[7 * RATE : 15 * RATE]])
     with torch.inference_mode():
         states = recognizer.model.get_encoder()(features).last_hidden_state
         (result,) = decoder.decode(states, decoder.prompt("en", "transcribe"), is_repeating=lambda tokens: True)
     if result.gave_up:
-        assert len(result.tokens) == REPETITION_CHECK_FROM
-        assert needs_fallback(result, "any text")
+        assert len(result.tokens) == fallback.repetition_check_from
+        assert needs_fallback(result, "any text", fallback)
     else:  # the random model said end-of-text first
-        assert len(result.tokens) < REPETITION_CHECK_FROM
+        assert len(result.tokens) < fallback.repetition_check_from
 
 
 def test_compression_ratio_flags_repetition() -> None:
     assert compression_ratio("") == 0.0
     assert compression_ratio(" I don't know what you mean." * 20) > 2.4
     assert compression_ratio(" Hello, this is Diane in New Jersey, and I'm Sheila in Texas.") < 2.4
+    assert FallbackOptions().compression_ratio_threshold == 2.4  # openai/whisper's
 
 
 def test_segments_are_cut_at_timestamps() -> None:
@@ -168,24 +170,23 @@ def test_segments_are_cut_at_timestamps() -> None:
 # ------------------------------------------------------------------------------ fallback
 
 
-def test_fallback_gives_generates_beam_search(tiny_engine, sample_audio, monkeypatch) -> None:
-    always_fall_back(monkeypatch)
-    recognizer = tiny_engine.recognizer
+@pytest.mark.parametrize("num_beams", [5, 2])
+def test_fallback_gives_generates_beam_search(tiny_engine, sample_audio, num_beams) -> None:
+    engine = with_fallback(tiny_engine, dataclasses.replace(ALWAYS_FALL_BACK, num_beams=num_beams))
+    recognizer = engine.recognizer
     audio = cut(sample_audio, 0, 22)
-    transcript = tiny_engine.transcribe(audio, config(batch_size=4, language="en"))
+    transcript = engine.transcribe(audio, config(batch_size=4, language="en"))
     (window,) = recognizer.vad.windows(audio.samples, 30.0)
-    features = recognizer._features([window.samples(audio.samples)])
-    (beam,) = reference_tokens(recognizer, features, num_beams=5)
-    assert transcript.chunks == tuple(
-        chunk for chunk in _clean(recognizer, window, beam, audio.duration_s)
-    )
+    features = recognizer.features([window.samples(audio.samples)])
+    (beam,) = reference_tokens(recognizer, features, num_beams=num_beams)
+    assert transcript.chunks == _clean(recognizer, window, beam, audio.duration_s)
 
 
-def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sample_audio, monkeypatch) -> None:
-    never_fall_back(monkeypatch)
+def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sample_audio) -> None:
+    engine = with_fallback(tiny_engine, NEVER_FALL_BACK)
     audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * RATE]]), RATE)
-    transcript = tiny_engine.transcribe(audio, config(batch_size=8, language="en"))
-    reference = tiny_engine.recognizer._transcribe_generate(audio, {"language": "en", "task": "transcribe"})
+    transcript = engine.transcribe(audio, config(batch_size=8, language="en"))
+    reference = transcribe_with_generate(engine.recognizer, audio, {"language": "en", "task": "transcribe"})
     assert transcript.decoding == BATCHED
     assert transcript.chunks == reference and len(reference) >= 2
 
@@ -193,7 +194,8 @@ def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sampl
 def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
     from whosaid.asr import clean_chunks
 
-    return clean_chunks(recognizer._spans(window, tokens, "en"), duration_s)
+    spans = [(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
+    return clean_chunks(spans, duration_s)
 
 
 # ------------------------------------------------------------------------- VAD windows
@@ -249,8 +251,8 @@ def test_silence_and_noise_give_an_empty_transcript(tiny_engine, amplitude) -> N
     assert transcript.text == "" and transcript.chunks == ()
 
 
-def test_chunk_times_stay_in_their_windows(tiny_engine, sample_audio, monkeypatch) -> None:
-    never_fall_back(monkeypatch)  # greedy is enough here, and quicker
+def test_chunk_times_stay_in_their_windows(tiny_engine, sample_audio) -> None:
+    tiny_engine = with_fallback(tiny_engine, NEVER_FALL_BACK)  # greedy is enough here, and quicker
     audio = sample_audio
     windows = tiny_engine.recognizer.vad.windows(audio.samples, 12.0)
     transcript = tiny_engine.transcribe(audio, config(language="en", chunk_length_s=12, batch_size=3))
@@ -276,7 +278,7 @@ def test_cpu_encoder_runs_on_packed_weights_with_the_same_output(tiny_engine, sa
     assert "PackedLinear" in encoder_modules and "Linear" not in encoder_modules
     assert type(model.proj_out) is torch.nn.Linear  # the decoder keeps the default path
     plain = WhisperForConditionalGeneration.from_pretrained(tiny_engine.recognizer.model.name_or_path).eval()
-    features = tiny_engine.recognizer._features([sample_audio.samples[7 * RATE : 15 * RATE]])
+    features = tiny_engine.recognizer.features([sample_audio.samples[7 * RATE : 15 * RATE]])
     with torch.inference_mode():
         packed_states = model.get_encoder()(features).last_hidden_state
         plain_states = plain.get_encoder()(features).last_hidden_state
