@@ -41,6 +41,9 @@ BATCHED = "batched"
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
 # a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
 LANGUAGE_SWITCH_PAUSE_S = 0.6
+# Windows per encoder pass (see SpeechRecognizer.encode).
+ENCODER_WINDOWS_PER_PASS_CPU = 1
+ENCODER_WINDOWS_PER_PASS_GPU = 8
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,17 @@ class SpeechRecognizer:
         )
         return inputs.input_features.to(self.model.device, self.model.dtype)
 
+    def encode(self, features: Any) -> Any:
+        """The encoder's output for `features` (windows, mel bins, frames), computed a few windows
+        at a time: its activations (whisper-base: ~75 MB a window) then stay bounded whatever the
+        batch size, and on CPU one window's 1500 frames already fill the cores."""
+        import torch
+
+        encoder = self.model.get_encoder()
+        step = ENCODER_WINDOWS_PER_PASS_CPU if features.device.type == "cpu" else ENCODER_WINDOWS_PER_PASS_GPU
+        parts = [encoder(features[first : first + step]).last_hidden_state for first in range(0, len(features), step)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
     def _transcribe_windows(
         self,
         audio: Audio,
@@ -293,7 +307,7 @@ class SpeechRecognizer:
         task = options.task
         features = self.features([window.samples(audio.samples) for window in windows])
         with torch.inference_mode():
-            encoder_states = self.model.get_encoder()(features).last_hidden_state
+            encoder_states = self.encode(features)
             if options.multilingual:
                 languages: list[Optional[str]] = list(self._detect_languages(encoder_states))
                 language = language or languages[0]
@@ -322,13 +336,17 @@ class SpeechRecognizer:
                 if not is_silence(result, self.fallback)
                 and needs_fallback(result, self.text(result.tokens), self.fallback)
             ]
-            for rows, _ in self._prompt_groups([languages[index] for index in retry], task, previous):
-                rows = [retry[row] for row in rows]
-                beams = self.generate_tokens(
-                    features[rows], encoder_states[rows], languages[rows[0]], task, previous, num_beams=self.fallback.num_beams
+            # One window per beam search: it holds num_beams rows of keys and values per window
+            # (whisper-base: ~450 MB for one window, ~1.1 GB for four at once), and few windows fall back.
+            for index in retry:
+                (tokens[index],) = self.generate_tokens(
+                    features[index : index + 1],
+                    encoder_states[index : index + 1],
+                    languages[index],
+                    task,
+                    previous,
+                    num_beams=self.fallback.num_beams,
                 )
-                for index, beam_tokens in zip(rows, beams):
-                    tokens[index] = beam_tokens
             speech = [index for index, result in enumerate(results) if not is_silence(result, self.fallback)]
             segments = {index: self.segments(windows[index], tokens[index]) for index in speech}
             words: dict[int, list[tuple[SegmentTokens, tuple[Word, ...]]]] = {
