@@ -93,7 +93,8 @@ class WhisperDecoderStep:
 
     `start(encoder_states)` prepares one batch of windows; then `step(tokens)`
     reads the next tokens of every row ((rows, 1), or the whole prompt (rows, n) first) and
-    returns the float logits of the positions asked for; `keep(indices)` drops finished rows.
+    returns the float logits of the positions asked for; `keep(indices)` drops finished rows;
+    `finish()` frees the batch's buffers.
     """
 
     def __init__(self, model: Any) -> None:
@@ -140,6 +141,12 @@ class WhisperDecoderStep:
                 grown = old.new_empty((old.shape[0], old.shape[1], capacity, old.shape[3]))
                 grown[:, :, : self.position] = old[:, :, : self.position]
                 setattr(state, name, grown)
+
+    def finish(self) -> None:
+        """Free the batch's keys and values (whisper-base: ~37 MB a window) before what comes
+        next, such as the beam-search fallback, allocates its own."""
+        self._states = []
+        self.position = 0
 
     def keep(self, indices: Any) -> None:
         """Keep only the rows at `indices` (a long tensor), in that order."""

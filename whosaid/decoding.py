@@ -189,18 +189,33 @@ class GreedyWhisperDecoder:
         tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
 
-        device = encoder_states.device
-        batch = encoder_states.shape[0]
         begin_index = len(prompt)
         start_of_transcript = _start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))
+        sequences = torch.tensor([list(prompt)] * encoder_states.shape[0], dtype=torch.long, device=encoder_states.device)
+        step = self.step
+        step.start(encoder_states)
+        try:
+            return self._decode_rows(step, sequences, begin_index, start_of_transcript, is_repeating)
+        finally:
+            step.finish()
+
+    def _decode_rows(
+        self,
+        step: WhisperDecoderStep,
+        sequences: Any,
+        begin_index: int,
+        start_of_transcript: int,
+        is_repeating: Optional[Callable[[list[int]], bool]],
+    ) -> list[WindowTokens]:
+        import torch
+
+        device = sequences.device
+        batch = sequences.shape[0]
         max_length = self.max_length(begin_index)
         processors = self._logits_processors(begin_index, device)
-        sequences = torch.tensor([list(prompt)] * batch, dtype=torch.long, device=device)
         rows = list(range(batch))  # original row of each row still decoding
         sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
         results: list[Optional[WindowTokens]] = [None] * batch
-        step = self.step
-        step.start(encoder_states)
         # The prompt step: logits at <|startoftranscript|> (the no-speech probability) and at the end.
         logits = step.step(sequences, (start_of_transcript, begin_index - 1))
         no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id]
