@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ASR_IMPLEMENTATIONS = ("whosaid", "transformers", "faster-whisper-fp32", "faster-whisper-int8")
+ASR_IMPLEMENTATIONS = (
+    "whosaid", "whosaid-int8", "transformers", "transformers-greedy",
+    "faster-whisper-fp32", "faster-whisper-fp32-greedy", "faster-whisper-int8", "faster-whisper-int8-greedy",
+)
 SCRIPT_TIMEOUT_S = 600  # a hung script fails the test instead of the whole run
 
 
