@@ -321,7 +321,7 @@ def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> No
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, quantization) -> None:
     """The fast path's quality on pyannote's sample: the original handler's pipeline (30 s cut, 5 beams) got
-    0.296; VAD windows and greedy decoding get 0.173 (fp32) and 0.185 (int8)."""
+    0.296; VAD windows and greedy decoding get 0.173 (fp32) and 0.198 (int8, torch 2.10)."""
     import re
 
     import jiwer

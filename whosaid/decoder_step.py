@@ -196,9 +196,14 @@ class WhisperDecoderStep:
             feed = layer.activation_fn(project(layer.fc1, layer.final_layer_norm(hidden)))
             hidden = residual + project(layer.fc2, feed)
         self.position = end
+        proj_out = self.model.proj_out
+        if type(proj_out) is not torch.nn.Linear:
+            # A dynamically quantized projection scales its int8 input by the range of all the
+            # rows it is given: give it every position, as transformers does, for the same logits.
+            return project(proj_out, decoder.layer_norm(hidden))[:, list(logit_positions)]
         if logit_positions != (-1,) or count != 1:
             hidden = hidden[:, list(logit_positions)]
-        return project(self.model.proj_out, decoder.layer_norm(hidden))
+        return project(proj_out, decoder.layer_norm(hidden))
 
     def _heads(self, states: Any) -> Any:
         """(rows, positions, width) -> (rows, heads, positions, head width), contiguous."""
