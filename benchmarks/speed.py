@@ -1,16 +1,22 @@
 """Speed and quality of this project's pipeline beside its baselines, same machine, same run.
 
-For each clip (default: pyannote's 30 s sample, and the sample four times = 2 min) and each
-implementation, one fresh Python process loads the model, transcribes the clip once to warm up,
-then `--repeats` more times. Reported: median wall time, real-time factor, peak resident memory
-of that process (VmHWM: what the implementation needs, model included), and word error rate
-against sample.stm. Implementations:
+For each clip (default: pyannote's 30 s sample, and the sample four times = 2 min) every
+implementation is loaded in its own Python process; then they run in rounds, one run of each per
+round (one warm-up round, then `--repeats` timed ones), so that on a shared machine all of them meet
+the same load. Reported: median wall time, real-time factor, peak resident memory of that process
+(VmHWM: what the implementation needs, model included), and word error rate against sample.stm.
+Implementations, each named with its decoding strategy and precision:
 
-  whosaid               this project: Engine, default parameters, language "en"
-  transformers          the original handler: pipeline("automatic-speech-recognition", model=DIR) called with
-                        chunk_length_s=30, batch_size, return_timestamps=True, language "en"
-  faster-whisper-fp32   faster-whisper's BatchedInferencePipeline on the original CTranslate2
-  faster-whisper-int8   checkpoint the transformers weights were converted from
+  whosaid                     this project: Engine, default parameters (greedy, 5 beams where
+                              Whisper's checks fail), language "en", float32
+  whosaid-int8                the same with QUANTIZATION=int8
+  transformers                the original handler: pipeline("automatic-speech-recognition", model=DIR)
+                              with chunk_length_s=30, batch_size, return_timestamps=True, language "en"
+                              (the pipeline's default: 5 beams)
+  transformers-greedy         the same call with num_beams=1
+  faster-whisper-fp32[-greedy] faster-whisper's BatchedInferencePipeline on the original CTranslate2
+  faster-whisper-int8[-greedy] checkpoint the transformers weights were converted from: its default
+                              beam_size=5, or beam_size=1
 
 All get the same decoded float32 samples (file decoding is not timed), the same batch size and
 the same number of CPU threads. With --assistant, this project's assisted / unassisted / auto
@@ -71,7 +77,7 @@ DEFAULT_BATCH_SIZE = 8  # the batch the baselines were first measured with
 DEFAULT_CLIPS = "30,120"
 SMOKE = {"model": "whisper-tiny.en", "clips": "smoke", "repeats": 1, "warmup": 0}
 WHISPER_WINDOW_S = 30.0  # the assisted modes are compared where they apply: one window
-WORKER_TIMEOUT_S = 3600  # one implementation on one clip, warm-up and repeats included
+WORKER_TIMEOUT_S = 1800  # one load or one run of one implementation on one clip
 # pyannote.metrics' collar is the total width around each reference boundary: 0.5 is +-0.25 s,
 # which is what NIST md-eval (and most papers) call "collar 0.25".
 DER_COLLARS = {"der": 0.0, "der_collar_0.25": 0.5}
@@ -103,6 +109,8 @@ class Implementation:
     group: str  # "asr" (the headline comparison), "assisted" or "diarization"
     description: str
     load: Callable[[Job], Runner]
+    strategy: str = ""  # how it decodes: greedy, 5 beams, ...
+    precision: str = ""  # weights and arithmetic on CPU (GPUs run float16)
 
 
 # ---------------------------------------------------------------------------- implementations
@@ -119,7 +127,9 @@ def _torch_device_and_dtype(threads: int) -> tuple[str, Any]:
     return "cpu", torch.float32
 
 
-def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assistant: bool) -> Callable[[Job], Runner]:
+def _whosaid_loader(
+    parameters: Callable[[Job], dict[str, Any]], *, with_assistant: bool, quantization: str = "none"
+) -> Callable[[Job], Runner]:
     def load(job: Job) -> Runner:
         from whosaid.audio import Audio
         from whosaid.config import ModelSettings
@@ -132,6 +142,7 @@ def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assista
             asr_model=job.transformers_model,
             assistant_model=job.assistant if with_assistant else None,
             diarization_model=None,
+            quantization=quantization,
         )
         engine = Engine.from_settings(settings)
         config, _ = engine.parse_parameters(parameters(job))
@@ -145,9 +156,17 @@ def _whosaid_loader(parameters: Callable[[Job], dict[str, Any]], *, with_assista
     return load
 
 
-def _load_transformers_pipeline(job: Job) -> Runner:
-    """The original handler's call, unchanged on CPU. On a GPU it gets the device and fp16, as whosaid does,
-    so that the comparison stays about the pipeline and not about the hardware."""
+def _transformers_pipeline_loader(num_beams: Optional[int]) -> Callable[[Job], Runner]:
+    def load(job: Job) -> Runner:
+        return _load_transformers_pipeline(job, num_beams)
+
+    return load
+
+
+def _load_transformers_pipeline(job: Job, num_beams: Optional[int] = None) -> Runner:
+    """The original handler's call, unchanged on CPU (`num_beams` None: the pipeline's default, 5
+    beams). On a GPU it gets the device and fp16, as whosaid does, so that the comparison stays
+    about the pipeline and not about the hardware."""
     from transformers import GenerationConfig, pipeline
 
     device, dtype = _torch_device_and_dtype(job.threads)
@@ -155,7 +174,9 @@ def _load_transformers_pipeline(job: Job) -> Runner:
     asr = pipeline("automatic-speech-recognition", model=job.transformers_model, **extra)
     # English-only checkpoints refuse a language argument; they only speak English anyway.
     multilingual = bool(getattr(GenerationConfig.from_pretrained(job.transformers_model), "is_multilingual", False))
-    generate_kwargs = {"language": "en"} if multilingual else {}
+    generate_kwargs: dict[str, Any] = {"language": "en"} if multilingual else {}
+    if num_beams is not None:
+        generate_kwargs["num_beams"] = num_beams
 
     def run(samples: np.ndarray) -> Output:
         output = asr(
@@ -170,7 +191,9 @@ def _load_transformers_pipeline(job: Job) -> Runner:
     return run
 
 
-def _faster_whisper_loader(compute_type: str) -> Callable[[Job], Runner]:
+def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[Job], Runner]:
+    """`beam_size` 5 is faster-whisper's default; 1 is greedy."""
+
     def load(job: Job) -> Runner:
         import ctranslate2
         from faster_whisper import BatchedInferencePipeline, WhisperModel
@@ -187,7 +210,7 @@ def _faster_whisper_loader(compute_type: str) -> Callable[[Job], Runner]:
         batched = BatchedInferencePipeline(model)
 
         def run(samples: np.ndarray) -> Output:
-            segments, _ = batched.transcribe(samples, language="en", batch_size=job.batch_size)
+            segments, _ = batched.transcribe(samples, language="en", batch_size=job.batch_size, beam_size=beam_size)
             return {"text": "".join(segment.text for segment in segments)}  # segments are lazy
 
         return run
@@ -212,54 +235,117 @@ def _load_diarization(job: Job) -> Runner:
     return run
 
 
+GREEDY_WITH_FALLBACK = "greedy (5 beams where Whisper's checks fail)"
 IMPLEMENTATIONS: dict[str, Implementation] = {
     impl.name: impl
     for impl in (
         Implementation(
-            "whosaid", "asr", "this project: Engine.transcribe, default parameters, language en",
+            "whosaid",
+            "asr",
+            "this project: Engine.transcribe, default parameters, language en",
             _whosaid_loader(lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False),
+            GREEDY_WITH_FALLBACK,
+            "float32",
         ),
         Implementation(
-            "transformers", "asr",
+            "whosaid-int8",
+            "asr",
+            "this project with QUANTIZATION=int8 (dynamic int8 linear layers), language en",
+            _whosaid_loader(
+                lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False, quantization="int8"
+            ),
+            GREEDY_WITH_FALLBACK,
+            "int8",
+        ),
+        Implementation(
+            "transformers",
+            "asr",
             "the original handler: pipeline('automatic-speech-recognition', model=DIR)(chunk_length_s=30, "
             "batch_size, return_timestamps=True, generate_kwargs language en)",
-            _load_transformers_pipeline,
+            _transformers_pipeline_loader(None),
+            "5 beams (pipeline default)",
+            "float32",
         ),
         Implementation(
-            "faster-whisper-fp32", "asr",
-            "faster-whisper BatchedInferencePipeline, CTranslate2 original, float32, language en",
+            "transformers-greedy",
+            "asr",
+            "the original handler's call with generate_kwargs num_beams=1",
+            _transformers_pipeline_loader(1),
+            "greedy",
+            "float32",
+        ),
+        Implementation(
+            "faster-whisper-fp32",
+            "asr",
+            "faster-whisper BatchedInferencePipeline, CTranslate2 original, float32, language en, default beam_size",
             _faster_whisper_loader("float32"),
+            "5 beams (default)",
+            "float32",
         ),
         Implementation(
-            "faster-whisper-int8", "asr",
-            "faster-whisper BatchedInferencePipeline, CTranslate2 original, int8, language en",
+            "faster-whisper-fp32-greedy",
+            "asr",
+            "the same with beam_size=1",
+            _faster_whisper_loader("float32", beam_size=1),
+            "greedy",
+            "float32",
+        ),
+        Implementation(
+            "faster-whisper-int8",
+            "asr",
+            "faster-whisper BatchedInferencePipeline, CTranslate2 original, int8, language en, default beam_size",
             _faster_whisper_loader("int8"),
+            "5 beams (default)",
+            "int8",
         ),
         Implementation(
-            "whosaid-assisted", "assisted", "this project with the assistant: assisted=true, batch_size=1",
+            "faster-whisper-int8-greedy",
+            "asr",
+            "the same with beam_size=1",
+            _faster_whisper_loader("int8", beam_size=1),
+            "greedy",
+            "int8",
+        ),
+        Implementation(
+            "whosaid-assisted",
+            "assisted",
+            "this project with the assistant: assisted=true, batch_size=1",
             _whosaid_loader(lambda job: {"language": "en", "assisted": True, "batch_size": 1}, with_assistant=True),
         ),
         Implementation(
-            "whosaid-unassisted", "assisted", "assistant loaded but not used: assisted=false, batch_size",
+            "whosaid-unassisted",
+            "assisted",
+            "assistant loaded but not used: assisted=false, batch_size",
             _whosaid_loader(
                 lambda job: {"language": "en", "assisted": False, "batch_size": job.batch_size}, with_assistant=True
             ),
         ),
         Implementation(
-            "whosaid-auto", "assisted",
+            "whosaid-auto",
+            "assisted",
             "assistant loaded, assisted='auto' and no batch_size (assists up to ASSISTED_MAX_DURATION_S)",
             _whosaid_loader(lambda job: {"language": "en", "assisted": "auto"}, with_assistant=True),
         ),
         Implementation(
-            "diarization", "diarization",
-            "this project's Diarizer.diarize (the --diarization model: builtin or a pyannote pipeline) on the in-memory waveform",
+            "diarization",
+            "diarization",
+            "this project's Diarizer.diarize (the --diarization model: builtin or a pyannote pipeline) "
+            "on the in-memory waveform",
             _load_diarization,
         ),
     )
 }
 ASR_IMPLEMENTATIONS = [name for name, impl in IMPLEMENTATIONS.items() if impl.group == "asr"]
 ASSISTED_IMPLEMENTATIONS = [name for name, impl in IMPLEMENTATIONS.items() if impl.group == "assisted"]
-BASELINES = [name for name in ASR_IMPLEMENTATIONS if name != "whosaid"]
+# (this project's row, baseline, how they compare): like for like first, then each at its own defaults.
+COMPARISONS = [
+    ("whosaid", "faster-whisper-fp32-greedy", "same strategy (greedy), float32"),
+    ("whosaid", "transformers-greedy", "same strategy (greedy), float32"),
+    ("whosaid-int8", "faster-whisper-int8-greedy", "same strategy (greedy), int8"),
+    ("whosaid", "faster-whisper-fp32", "own defaults, float32"),
+    ("whosaid", "transformers", "own defaults, float32"),
+    ("whosaid-int8", "faster-whisper-int8", "own defaults, int8"),
+]
 
 
 # ---------------------------------------------------------------------------- worker process
@@ -281,74 +367,136 @@ def _memory_mib(field: str) -> Optional[float]:
     return None
 
 
-def run_worker(job: Job) -> dict[str, Any]:
-    """Load, warm up, time. Runs in a fresh process, so the peak memory is this job's alone."""
+PROTOCOL_PREFIX = "@@speed-worker@@ "
+
+
+def _worker_main(job_path: str) -> int:
+    """Load, say so, then run the clip once per "run" line on stdin; "finish" reports the peak
+    memory and exits. Replies are single JSON lines on the original stdout; whatever the
+    libraries print goes to stderr. Runs in a fresh process, so the peak memory is this job's alone."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+    def reply(message: dict[str, Any]) -> None:
+        protocol.write(PROTOCOL_PREFIX + json.dumps(message) + "\n")
+
+    job = Job(**json.loads(Path(job_path).read_text()))
     clip = build_clip(job.clip)
     started = time.perf_counter()
     run = IMPLEMENTATIONS[job.implementation].load(job)
-    load_s = time.perf_counter() - started
-    rss_loaded = _memory_mib("VmRSS")
-    warmup_s = []
-    for _ in range(job.warmup):
-        started = time.perf_counter()
-        run(clip.samples)
-        warmup_s.append(time.perf_counter() - started)
-    times_s, output = [], {}
-    for _ in range(job.repeats):
-        started = time.perf_counter()
-        output = run(clip.samples)
-        times_s.append(time.perf_counter() - started)
-    return {
-        "load_s": load_s,
-        "warmup_s": warmup_s,
-        "times_s": times_s,
-        "rss_after_load_mib": rss_loaded,
-        "peak_rss_mib": _memory_mib("VmHWM"),
-        "output": output,
-    }
-
-
-def _worker_main(job_path: str, result_path: str) -> int:
-    job = Job(**json.loads(Path(job_path).read_text()))
-    Path(result_path).write_text(json.dumps(run_worker(job)))
+    reply({"load_s": time.perf_counter() - started, "rss_after_load_mib": _memory_mib("VmRSS")})
+    for line in sys.stdin:
+        if line.strip() == "run":
+            started = time.perf_counter()
+            output = run(clip.samples)
+            reply({"time_s": time.perf_counter() - started, "output": output})
+        elif line.strip() == "finish":
+            break
+    reply({"peak_rss_mib": _memory_mib("VmHWM")})
     return 0
 
 
-# ---------------------------------------------------------------------------- orchestration
+class WorkerError(RuntimeError):
+    pass
 
 
-def measure(job: Job, *, timeout_s: float, verbose: bool, omp_wait_policy: str) -> dict[str, Any]:
-    """Run `job` in a fresh interpreter; the result, or the error and the worker's last output."""
+class Worker:
+    """One implementation on one clip, loaded in its own process and run on request."""
+
+    def __init__(self, job: Job, scratch: Path, env: dict[str, str], verbose: bool) -> None:
+        self.job = job
+        job_path = scratch / f"{job.implementation}-{job.clip}.json"
+        job_path.write_text(json.dumps(dataclasses.asdict(job)))
+        self.log_path = scratch / f"{job.implementation}-{job.clip}.log"
+        self._log = None if verbose else open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path)],
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
+
+    def request(self, command: Optional[str], timeout_s: float) -> dict[str, Any]:
+        """Send `command` (None: only wait, for the load) and read the reply."""
+        import select
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if command is not None:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerError(f"no reply within {timeout_s:.0f} s")
+            readable, _, _ = select.select([self.process.stdout], [], [], remaining)
+            if not readable:
+                continue
+            line = self.process.stdout.readline()
+            if not line:
+                raise WorkerError(f"worker exited with {self.process.wait()}")
+            if line.startswith(PROTOCOL_PREFIX):
+                return json.loads(line[len(PROTOCOL_PREFIX) :])
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text()[-4000:] if self.log_path.is_file() else ""
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+
+
+def measure_interleaved(
+    jobs: Sequence[Job], *, warmup: int, repeats: int, timeout_s: float, verbose: bool, omp_wait_policy: str
+) -> list[dict[str, Any]]:
+    """Every job of one clip loaded in its own process (one after another, so loads do not
+    overlap), then run in rounds: one run of each implementation per round, so that all of them
+    meet the same load on a shared machine. The first `warmup` rounds are not timed. One record
+    per job: the times, the last output, load and peak memory, or the error and the log's tail."""
     env = dict(
         os.environ, TRANSFORMERS_VERBOSITY="error", PYANNOTE_METRICS_ENABLED="false", **omp_environment(omp_wait_policy)
     )
+    records: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="whosaid-speed-") as scratch:
-        job_path, result_path = Path(scratch) / "job.json", Path(scratch) / "result.json"
-        job_path.write_text(json.dumps(dataclasses.asdict(job)))
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path), str(result_path)]
-        load_before = load_average()
-        started = time.perf_counter()
+        workers: dict[int, Worker] = {}
         try:
-            finished = subprocess.run(
-                command, env=env, timeout=timeout_s, text=True,
-                stdout=None if verbose else subprocess.PIPE, stderr=subprocess.STDOUT if not verbose else None,
-            )
-            error = None if finished.returncode == 0 else f"worker exited with {finished.returncode}"
-            log = finished.stdout or ""
-        except subprocess.TimeoutExpired as expired:
-            error, log = f"worker timed out after {timeout_s:.0f} s", str(expired.stdout or "")
-        record: dict[str, Any] = {
-            "job": dataclasses.asdict(job),
-            "load_average_before": load_before,
-            "load_average_after": load_average(),
-            "process_s": time.perf_counter() - started,
-        }
-        if error is None and result_path.is_file():
-            record.update(json.loads(result_path.read_text()))
-        else:
-            record["error"] = error or "worker wrote no result"
-            record["log_tail"] = log[-4000:]
-        return record
+            for index, job in enumerate(jobs):
+                started = time.perf_counter()
+                workers[index] = Worker(job, Path(scratch), env, verbose)
+                records[index] = {"job": dataclasses.asdict(job), "warmup_s": [], "times_s": []}
+                try:
+                    records[index].update(workers[index].request(None, timeout_s))
+                except WorkerError as error:
+                    records[index].update(error=f"loading: {error}", log_tail=workers.pop(index).log_tail())
+                records[index]["process_s"] = time.perf_counter() - started
+            for record in records.values():
+                record["load_average_before"] = load_average()
+            for round_number in range(warmup + repeats):
+                for index, worker in list(workers.items()):
+                    try:
+                        reply = worker.request("run", timeout_s)
+                    except WorkerError as error:
+                        records[index].update(error=f"run {round_number + 1}: {error}", log_tail=worker.log_tail())
+                        workers.pop(index).close()
+                        continue
+                    key = "warmup_s" if round_number < warmup else "times_s"
+                    records[index][key].append(reply["time_s"])
+                    records[index]["output"] = reply["output"]
+            for index, worker in workers.items():
+                records[index]["load_average_after"] = load_average()
+                try:
+                    records[index].update(worker.request("finish", timeout_s))
+                except WorkerError as error:
+                    records[index].update(error=f"finishing: {error}", log_tail=worker.log_tail())
+        finally:
+            for worker in workers.values():
+                worker.close()
+    return [records[index] for index in range(len(jobs))]
 
 
 def score(record: dict[str, Any], clip: Clip) -> dict[str, Any]:
@@ -399,25 +547,29 @@ def ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[
 
 
 def headline_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each clip: this project's median time and peak memory divided by each baseline's."""
+    """For each clip and each of COMPARISONS measured: this project's median time and peak memory
+    divided by the baseline's, with both WERs."""
     by_clip: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_clip.setdefault(row["clip"], {})[row["implementation"]] = row
     ratios = []
     for clip, measured in by_clip.items():
-        ours = measured.get("whosaid")
-        if ours is None or "median_s" not in ours:
-            continue
-        for baseline in BASELINES:
-            theirs = measured.get(baseline)
-            if theirs is None or "median_s" not in theirs:
+        for ours_name, baseline, comparison in COMPARISONS:
+            ours, theirs = measured.get(ours_name), measured.get(baseline)
+            if ours is None or theirs is None or "median_s" not in ours or "median_s" not in theirs:
                 continue
-            ratios.append({
-                "clip": clip,
-                "baseline": baseline,
-                "time_ratio": ratio(ours["median_s"], theirs["median_s"]),
-                "memory_ratio": ratio(ours.get("peak_rss_mib"), theirs.get("peak_rss_mib")),
-            })
+            ratios.append(
+                {
+                    "clip": clip,
+                    "implementation": ours_name,
+                    "baseline": baseline,
+                    "comparison": comparison,
+                    "time_ratio": ratio(ours["median_s"], theirs["median_s"]),
+                    "memory_ratio": ratio(ours.get("peak_rss_mib"), theirs.get("peak_rss_mib")),
+                    "wer": ours.get("wer"),
+                    "baseline_wer": theirs.get("wer"),
+                }
+            )
     return ratios
 
 
@@ -430,8 +582,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         f"Measured {result['finished']} on {describe_machine(result['machine'])}.",
         f"Median of {settings['repeats']} run(s) after {settings['warmup']} warm-up, each "
-        f"implementation and clip in a fresh process with {settings['threads']} CPU threads "
-        f"(OMP_WAIT_POLICY {settings.get('omp_wait_policy', 'default')}). "
+        f"implementation and clip in its own process with {settings['threads']} CPU threads "
+        f"(OMP_WAIT_POLICY {settings.get('omp_wait_policy', 'default')}), the implementations of a clip "
+        "run in turn, one run each per round, so that they meet the same load. "
         "RTF = wall time / audio duration (below 1 is faster than real time). Peak RSS = the "
         "process's VmHWM (model, runtime and decoding). WER: lowercase, punctuation removed, "
         "against sample.stm (repeated for repeated clips). Load average (1/5/15 min) as the "
@@ -439,30 +592,80 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
     ]
     asr_rows = [row for row in rows if IMPLEMENTATIONS[row["implementation"]].group != "diarization"]
-    lines.append(markdown_table(
-        ["clip", "implementation", "median s", "min–max s", "RTF", "peak RSS MiB", "load s", "WER", "load avg"],
-        [
+    lines.append(
+        markdown_table(
             [
-                clip_label.get(row["clip"], row["clip"]), row["implementation"]
-                + (f" ({row['decoding']})" if row.get("decoding") and row["implementation"] != "whosaid" else ""),
-                fmt(row.get("median_s")),
-                f"{row['min_s']:.2f}–{row['max_s']:.2f}" if "min_s" in row else "failed",
-                fmt(row.get("rtf"), 3), fmt(row.get("peak_rss_mib"), 0), fmt(row.get("load_s"), 1),
-                fmt(row.get("wer"), 3), fmt_load(row.get("load_average_before")),
-            ]
-            for row in asr_rows
-        ],
-    ))
+                "clip",
+                "implementation",
+                "decoding",
+                "precision",
+                "batch",
+                "threads",
+                "median s",
+                "min–max s",
+                "RTF",
+                "peak RSS MiB",
+                "load s",
+                "WER",
+                "load avg",
+            ],
+            [
+                [
+                    clip_label.get(row["clip"], row["clip"]),
+                    row["implementation"]
+                    + (
+                        f" ({row['decoding']})"
+                        if row.get("decoding")
+                        and not row["implementation"].startswith("whosaid")
+                        or row.get("decoding") == "assisted"
+                        else ""
+                    ),
+                    IMPLEMENTATIONS[row["implementation"]].strategy,
+                    IMPLEMENTATIONS[row["implementation"]].precision,
+                    1 if row.get("decoding") == "assisted" else settings["batch_size"],
+                    settings["threads"],
+                    fmt(row.get("median_s")),
+                    f"{row['min_s']:.2f}–{row['max_s']:.2f}" if "min_s" in row else "failed",
+                    fmt(row.get("rtf"), 3),
+                    fmt(row.get("peak_rss_mib"), 0),
+                    fmt(row.get("load_s"), 1),
+                    fmt(row.get("wer"), 3),
+                    fmt_load(row.get("load_average_before")),
+                ]
+                for row in asr_rows
+            ],
+        )
+    )
     if result["ratios"]:
         lines += [
             "",
             "## This project ÷ baseline (below 1: this project is faster / smaller)",
             "",
+            "Like for like (the same decoding strategy and precision) first, then each at its own defaults.",
+            "",
             markdown_table(
-                ["clip", "baseline", "time ratio", "peak memory ratio"],
                 [
-                    [clip_label.get(r["clip"], r["clip"]), r["baseline"], fmt(r["time_ratio"]), fmt(r["memory_ratio"])]
-                    for r in result["ratios"]
+                    "clip",
+                    "this project",
+                    "baseline",
+                    "compared at",
+                    "time ratio",
+                    "peak memory ratio",
+                    "WER",
+                    "baseline WER",
+                ],
+                [
+                    [
+                        clip_label.get(r["clip"], r["clip"]),
+                        r["implementation"],
+                        r["baseline"],
+                        r["comparison"],
+                        fmt(r["time_ratio"]),
+                        fmt(r["memory_ratio"]),
+                        fmt(r["wer"], 3),
+                        fmt(r["baseline_wer"], 3),
+                    ]
+                    for r in sorted(result["ratios"], key=lambda r: (r["clip"], "defaults" in r["comparison"]))
                 ],
             ),
         ]
@@ -477,13 +680,28 @@ def render_markdown(result: dict[str, Any]) -> str:
             "±0.25 s around reference boundaries (pyannote.metrics collar=0.5, NIST md-eval's 0.25).",
             "",
             markdown_table(
-                ["clip", "median s", "RTF", "÷ whosaid ASR", "peak RSS MiB", "DER", "DER collar 0.25", "speakers", "load avg"],
+                [
+                    "clip",
+                    "median s",
+                    "RTF",
+                    "÷ whosaid ASR",
+                    "peak RSS MiB",
+                    "DER",
+                    "DER collar 0.25",
+                    "speakers",
+                    "load avg",
+                ],
                 [
                     [
-                        clip_label.get(row["clip"], row["clip"]), fmt(row.get("median_s")), fmt(row.get("rtf"), 3),
+                        clip_label.get(row["clip"], row["clip"]),
+                        fmt(row.get("median_s")),
+                        fmt(row.get("rtf"), 3),
                         fmt(ratio(row.get("median_s"), asr_median_s.get(row["clip"]))),
-                        fmt(row.get("peak_rss_mib"), 0), fmt(row.get("der"), 3), fmt(row.get("der_collar_0.25"), 3),
-                        row.get("speakers_found"), fmt_load(row.get("load_average_before")),
+                        fmt(row.get("peak_rss_mib"), 0),
+                        fmt(row.get("der"), 3),
+                        fmt(row.get("der_collar_0.25"), 3),
+                        row.get("speakers_found"),
+                        fmt_load(row.get("load_average_before")),
                     ]
                     for row in diarization_rows
                 ],
@@ -501,12 +719,20 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def plan_jobs(args: argparse.Namespace, model: Any, clips: dict[str, Clip]) -> list[Job]:
     """Clip by clip, the implementations back to back, so that the load they meet is similar."""
+
     def job(implementation: str, clip: str) -> Job:
         return Job(
-            implementation=implementation, clip=clip, model_name=model.name,
-            transformers_model=model.transformers_model, ct2_model=model.ct2_model,
-            batch_size=args.batch_size, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-            assistant=args.assistant, diarization=args.diarization,
+            implementation=implementation,
+            clip=clip,
+            model_name=model.name,
+            transformers_model=model.transformers_model,
+            ct2_model=model.ct2_model,
+            batch_size=args.batch_size,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            threads=args.threads,
+            assistant=args.assistant,
+            diarization=args.diarization,
         )
 
     jobs = []
@@ -521,29 +747,56 @@ def plan_jobs(args: argparse.Namespace, model: Any, clips: dict[str, Clip]) -> l
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help=f"whisper-base, whisper-tiny.en or a transformers directory (default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model", help=f"whisper-base, whisper-tiny.en or a transformers directory (default {DEFAULT_MODEL})"
+    )
     parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (for faster-whisper)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="default %(default)s")
     parser.add_argument("--repeats", type=int, help="timed runs per implementation and clip (default 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 1)")
-    parser.add_argument("--clips", help=f"comma-separated: seconds (multiples of 30), START-END cuts, 'smoke' (default {DEFAULT_CLIPS})")
     parser.add_argument(
-        "--implementations", type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        "--clips", help=f"comma-separated: seconds (multiples of 30), START-END cuts, 'smoke' (default {DEFAULT_CLIPS})"
+    )
+    parser.add_argument(
+        "--implementations",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
         help=f"comma-separated, from {', '.join(ASR_IMPLEMENTATIONS)} (default all)",
     )
     parser.add_argument("--assistant", help="assistant model: also time assisted / unassisted / auto on clips <= 30 s")
     parser.add_argument(
         "--diarization",
-        help="'builtin' (the built-in diarizer) or a pyannote pipeline (Hub id or directory): also time diarization and DER",
+        help=(
+            "'builtin' (the built-in diarizer) or a pyannote pipeline (Hub id or directory): "
+            "also time diarization and DER"
+        ),
     )
-    parser.add_argument("--threads", type=int, default=usable_cpus(), help="CPU threads for every implementation (default: usable CPUs, %(default)s)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=usable_cpus(),
+        help="CPU threads for every implementation (default: usable CPUs, %(default)s)",
+    )
     add_omp_wait_policy_argument(parser, "every implementation")
-    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 3 s clip, whisper-tiny.en, 1 run, no warm-up")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny run for CI: 3 s clip, whisper-tiny.en, 1 run, no warm-up"
+    )
     parser.add_argument("--output", type=Path, help="JSON results path (default <output-dir>/speed-<timestamp>.json)")
-    parser.add_argument("--output-dir", type=Path, help=f"where speed-latest.md goes (default {RESULTS_DIR.relative_to(REPO_ROOT)}, smoke: {SMOKE_RESULTS_DIR.relative_to(REPO_ROOT)})")
-    parser.add_argument("--worker-timeout", type=float, default=WORKER_TIMEOUT_S, help="seconds per implementation and clip (default %(default)s)")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help=(
+            f"where speed-latest.md goes (default {RESULTS_DIR.relative_to(REPO_ROOT)}, "
+            f"smoke: {SMOKE_RESULTS_DIR.relative_to(REPO_ROOT)})"
+        ),
+    )
+    parser.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=WORKER_TIMEOUT_S,
+        help="seconds for one load or one run (default %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the workers' own output")
-    parser.add_argument("--worker", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", metavar="JOB", help=argparse.SUPPRESS)
     return parser
 
 
@@ -559,14 +812,16 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit("--repeats, --batch-size and --threads must be at least 1, --warmup at least 0")
     unknown = [name for name in args.implementations or [] if name not in ASR_IMPLEMENTATIONS]
     if unknown:
-        raise SystemExit(f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}")
+        raise SystemExit(
+            f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}"
+        )
     return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.worker:
-        return _worker_main(*args.worker)
+        return _worker_main(args.worker)
     args = resolve_arguments(args)
     from benchmarks.models import resolve_model
 
@@ -579,35 +834,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             name for name in ASR_IMPLEMENTATIONS if model.ct2_model is not None or not name.startswith("faster-whisper")
         ]
         if model.ct2_model is None:
-            print("note: no CTranslate2 checkpoint for this model (--ct2-model): faster-whisper skipped", file=sys.stderr)
+            print(
+                "note: no CTranslate2 checkpoint for this model (--ct2-model): faster-whisper skipped", file=sys.stderr
+            )
     elif model.ct2_model is None and any(name.startswith("faster-whisper") for name in args.implementations):
         raise SystemExit("faster-whisper needs the CTranslate2 checkpoint of --model: pass --ct2-model DIR")
     clips = {spec: build_clip(spec) for spec in args.clips.split(",") if spec.strip()}
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
-    for job in plan_jobs(args, model, clips):
-        clip = clips[job.clip]
-        print(f"[{job.clip}, {clip.duration_s:.0f} s] {job.implementation} ...", end=" ", file=sys.stderr, flush=True)
-        record = measure(
-            job, timeout_s=args.worker_timeout, verbose=args.verbose, omp_wait_policy=args.omp_wait_policy
+    jobs = plan_jobs(args, model, clips)
+    for spec, clip in clips.items():
+        clip_jobs = [job for job in jobs if job.clip == spec]
+        names = ", ".join(job.implementation for job in clip_jobs)
+        print(f"[{spec}, {clip.duration_s:.0f} s] {names} ...", file=sys.stderr, flush=True)
+        records = measure_interleaved(
+            clip_jobs,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            timeout_s=args.worker_timeout,
+            verbose=args.verbose,
+            omp_wait_policy=args.omp_wait_policy,
         )
-        row = {
-            "clip": job.clip,
-            "implementation": job.implementation,
-            **{key: value for key, value in record.items() if key != "job"},
-            **score(record, clip),
-        }
-        row["decoding"] = record.get("output", {}).get("decoding")
-        rows.append(row)
-        if "error" in row:
-            print(f"FAILED: {row['error']}\n{row['log_tail'][-1500:]}", file=sys.stderr)
-        else:
-            print(
-                f"median {row['median_s']:.2f} s, RTF {row['rtf']:.3f}, peak {row['peak_rss_mib']:.0f} MiB, "
-                f"load {fmt_load(row['load_average_before'])}",
-                file=sys.stderr,
-            )
+        for job, record in zip(clip_jobs, records, strict=True):
+            row = {
+                "clip": job.clip,
+                "implementation": job.implementation,
+                **{key: value for key, value in record.items() if key != "job"},
+                **score(record, clip),
+            }
+            row["decoding"] = record.get("output", {}).get("decoding")
+            rows.append(row)
+            if "error" in row:
+                print(
+                    f"  {job.implementation} FAILED: {row['error']}\n{row.get('log_tail', '')[-1500:]}", file=sys.stderr
+                )
+            else:
+                print(
+                    f"  {job.implementation}: median {row['median_s']:.2f} s, RTF {row['rtf']:.3f}, "
+                    f"peak {row['peak_rss_mib']:.0f} MiB, WER {fmt(row.get('wer'), 3)}, "
+                    f"load {fmt_load(row['load_average_before'])}",
+                    file=sys.stderr,
+                )
 
     result = {
         "benchmark": "speed",
@@ -623,7 +891,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "warmup": args.warmup,
             "threads": args.threads,
             "omp_wait_policy": args.omp_wait_policy,
-            "clips": {spec: {"duration_s": clip.duration_s, "reference": clip.reference_text} for spec, clip in clips.items()},
+            "clips": {
+                spec: {"duration_s": clip.duration_s, "reference": clip.reference_text} for spec, clip in clips.items()
+            },
             "assistant": args.assistant,
             "diarization": args.diarization,
             "smoke": args.smoke,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import transformers
 
+from tests.support.reference import transcribe_with_generate
 from tests.support.tiny_whisper import build_random_whisper
 from whosaid.audio import Audio, audio_from_array, load_audio_file
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
@@ -59,8 +60,8 @@ def check_assistant(kind: str, main_dir: str, assistant_dir: str, sample: np.nda
         clip = sample[start_s * WHISPER_SAMPLE_RATE_HZ:(start_s + CLIP_S) * WHISPER_SAMPLE_RATE_HZ]
         audio = audio_from_array(clip, WHISPER_SAMPLE_RATE_HZ)
         task = {"language": "en", "task": "transcribe"}
-        greedy = recognizer._transcribe_generate(audio, task)
-        assisted = recognizer._transcribe_generate(audio, task, assistant=recognizer.assistant)
+        greedy = transcribe_with_generate(recognizer, audio, task)
+        assisted = transcribe_with_generate(recognizer, audio, task, assistant=recognizer.assistant)
         same += greedy == assisted
     results[f"{kind}_identical_clips"] = f"{same}/{len(CLIP_STARTS_S)}"
     short = audio_from_array(sample[: CLIP_S * WHISPER_SAMPLE_RATE_HZ], WHISPER_SAMPLE_RATE_HZ)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.fallback import always_fall_back, never_fall_back
+from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
+from tests.support.reference import transcribe_with_generate
 from whosaid.asr import ASSISTED, BATCHED
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
@@ -56,7 +57,7 @@ def test_assisted_tokens_equal_greedy_tokens(make_engine, models, clips, assista
     engine = make_engine(models["main"], models[assistant])
     recognizer = engine.recognizer
     for audio in clips:
-        features = recognizer._features([audio.samples])
+        features = recognizer.features([audio.samples])
         kwargs = {"language": "en", "task": "transcribe"}
         for timestamps in (True, False):
             with torch.inference_mode():
@@ -68,12 +69,11 @@ def test_assisted_tokens_equal_greedy_tokens(make_engine, models, clips, assista
 
 
 @pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
-def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips, assistant, monkeypatch) -> None:
-    never_fall_back(monkeypatch)
-    engine = make_engine(models["main"], models[assistant])
+def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips, assistant) -> None:
+    engine = with_fallback(make_engine(models["main"], models[assistant]), NEVER_FALL_BACK)
     for audio in clips:
         assisted = engine.transcribe(audio, config(assisted=True, language="en"))
-        greedy = engine.recognizer._transcribe_generate(audio, {"language": "en", "task": "transcribe"})
+        greedy = transcribe_with_generate(engine.recognizer, audio, {"language": "en", "task": "transcribe"})
         assert assisted.decoding == ASSISTED
         assert assisted.chunks == greedy
         assert assisted.text == "".join(chunk.text for chunk in greedy).strip()
@@ -82,14 +82,13 @@ def test_assisted_transcript_equals_greedy_transcript(make_engine, models, clips
 
 
 @pytest.mark.parametrize("assistant", ["distil", "seq2seq"])
-@pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
+@pytest.mark.parametrize("fallback", [NEVER_FALL_BACK, ALWAYS_FALL_BACK], ids=["never_fall_back", "always_fall_back"])
 def test_assisted_and_batched_give_the_same_transcript(
-    make_engine, models, sample_audio, assistant, fallback, monkeypatch
+    make_engine, models, sample_audio, assistant, fallback
 ) -> None:
     """The assistant only changes the speed: greedy windows, and the windows that fall back to
     beam search, come out the same on both paths."""
-    fallback(monkeypatch)
-    engine = make_engine(models["main"], models[assistant])
+    engine = with_fallback(make_engine(models["main"], models[assistant]), fallback)
     audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
     assisted = engine.transcribe(audio, config(assisted=True, language="en"))
     batched = engine.transcribe(audio, config(assisted=False, batch_size=4, language="en"))
@@ -102,8 +101,8 @@ def test_assisted_long_audio_equals_sequential_greedy(make_engine, models, sampl
     recognizer = engine.recognizer
     long_audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
     kwargs = {"language": "en", "task": "transcribe"}
-    plain = recognizer._transcribe_generate(long_audio, kwargs)
-    assisted = recognizer._transcribe_generate(long_audio, kwargs, assistant=recognizer.assistant)
+    plain = transcribe_with_generate(recognizer, long_audio, kwargs)
+    assisted = transcribe_with_generate(recognizer, long_audio, kwargs, assistant=recognizer.assistant)
     assert assisted == plain
     assert plain[-1].end_s <= long_audio.duration_s
     assert engine.transcribe(long_audio, config(assisted=True)).decoding == ASSISTED
@@ -187,12 +186,11 @@ PROMPTS = [{"initial_prompt": "Diane in New Jersey, Sheila from Chicago."}, {"ho
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["initial_prompt", "hotwords"])
-@pytest.mark.parametrize("fallback", [never_fall_back, always_fall_back])
+@pytest.mark.parametrize("fallback", [NEVER_FALL_BACK, ALWAYS_FALL_BACK], ids=["never_fall_back", "always_fall_back"])
 def test_prompted_assisted_and_batched_give_the_same_transcript(
-    make_engine, models, sample_audio, prompt, fallback, monkeypatch
+    make_engine, models, sample_audio, prompt, fallback
 ) -> None:
-    fallback(monkeypatch)
-    engine = make_engine(models["main"], models["distil"])
+    engine = with_fallback(make_engine(models["main"], models["distil"]), fallback)
     audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * 16000]]), 16000)
     assisted = engine.transcribe(audio, config(assisted=True, language="en", **prompt))
     batched = engine.transcribe(audio, config(assisted=False, batch_size=4, language="en", **prompt))
@@ -210,17 +208,17 @@ def test_prompted_speculative_decoding_is_lossless(make_engine, models, clips, a
 
     engine = make_engine(models["main"], models[assistant])
     recognizer = engine.recognizer
-    previous = recognizer._previous_tokens(
+    previous = recognizer.previous_tokens(
         recognizer.decoding_options(config(initial_prompt="Diane in New Jersey.", hotwords="Yankee")), first_window=True
     )
     prompt = recognizer.decoder.prompt("en", "transcribe", previous)
     assert prompt[0] == recognizer.decoder.prev_sot_token_id and len(prompt) == len(previous) + 4
     for audio in clips[:3]:
-        features = recognizer._features([audio.samples])
+        features = recognizer.features([audio.samples])
         with torch.inference_mode():
             states = recognizer.model.get_encoder()(features).last_hidden_state
-            plain = recognizer._generate_tokens(features, states, "en", "transcribe", previous)
-            assisted = recognizer._generate_tokens(
+            plain = recognizer.generate_tokens(features, states, "en", "transcribe", previous)
+            assisted = recognizer.generate_tokens(
                 features, states, "en", "transcribe", previous, assistant_model=recognizer.assistant
             )
             (lean,) = recognizer.decoder.decode(states, prompt)

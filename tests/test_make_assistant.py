@@ -181,11 +181,11 @@ def test_built_assistant_is_lossless_through_the_engine(
     assert (assisted.decoding, batched.decoding) == (ASSISTED, BATCHED)
     assert assisted.chunks == batched.chunks and len(batched.chunks) >= 2
     for start_s in (0, 8, 16):
-        features = recognizer._features([sample_audio.samples[start_s * 16000 : (start_s + 10) * 16000]])
+        features = recognizer.features([sample_audio.samples[start_s * 16000 : (start_s + 10) * 16000]])
         with torch.inference_mode():
             states = recognizer.model.get_encoder()(features).last_hidden_state
-            plain = recognizer._generate_tokens(features, states, "en", "transcribe")
-            drafted = recognizer._generate_tokens(
+            plain = recognizer.generate_tokens(features, states, "en", "transcribe")
+            drafted = recognizer.generate_tokens(
                 features, states, "en", "transcribe", assistant_model=recognizer.assistant
             )
         assert plain == drafted

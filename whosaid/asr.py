@@ -7,7 +7,6 @@ once or per window, and word timestamps (whosaid.word_timing) for the windows de
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -16,16 +15,19 @@ import numpy as np
 
 from whosaid.audio import Audio
 from whosaid.cancellation import StopSignal
-from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
+from whosaid.chunks import Span, clean_chunks
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
 from whosaid.decoding import (
     DecodingOptions,
+    FallbackOptions,
     GreedyWhisperDecoder,
     is_repetitive,
     is_silence,
     needs_fallback,
     split_segments,
 )
-from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError
+from whosaid.errors import InferenceError, InvalidParametersError
+from whosaid.model_loading import load_assistant, load_whisper
 from whosaid.results import Chunk, Word
 from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
 from whosaid.word_timing import SegmentTokens, WordTimer
@@ -34,18 +36,13 @@ logger = logging.getLogger(__name__)
 
 ASSISTED = "assisted"
 BATCHED = "batched"
-# Windows whose greedy text fails Whisper's checks (repetition, low confidence) are decoded again
-# with 5 beams, as openai/whisper's CLI and the transformers ASR pipeline search; deterministic,
-# no sampling temperatures. Beams everywhere cost ~3x the time and did not pay on pyannote's
-# sample (whisper-base, VAD window: greedy 2.2 s, WER 0.173, four segments; beams 6.8 s, WER
-# 0.21, one 23 s segment); the original handler's plain 30 s cut gave 0.296 with beams, 0.53 greedy (loops).
-FALLBACK_NUM_BEAMS = 5
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
 # a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
 LANGUAGE_SWITCH_PAUSE_S = 0.6
-#: (start_s, end_s, text, words, language) of a piece of transcript; words empty unless timed.
-Span = tuple[Optional[float], Optional[float], str, tuple[Word, ...], Optional[str]]
+# Windows per encoder pass (see SpeechRecognizer.encode).
+ENCODER_WINDOWS_PER_PASS_CPU = 1
+ENCODER_WINDOWS_PER_PASS_GPU = 8
 
 
 @dataclass(frozen=True)
@@ -53,150 +50,6 @@ class AsrOutput:
     chunks: tuple[Chunk, ...]
     language: Optional[str]
     decoding: str  # ASSISTED or BATCHED
-
-
-def _load_kwargs(settings: ModelSettings) -> dict[str, Any]:
-    return {
-        "token": settings.token(),
-        "dtype": settings.resolved_dtype(),
-        "attn_implementation": settings.resolved_attn_implementation(),
-        "low_cpu_mem_usage": True,
-    }
-
-
-def _check_quantization(settings: ModelSettings) -> None:
-    if settings.quantization != "int8":
-        return
-    import torch
-
-    if not settings.resolved_device().startswith("cpu") or settings.resolved_dtype() != torch.float32:
-        raise ModelLoadError(
-            f"QUANTIZATION=int8 is for CPU float32 models; this one runs on "
-            f"{settings.resolved_device()} in {settings.resolved_dtype()}: on CUDA keep float16 "
-            "(QUANTIZATION=none), on CPU leave DTYPE at auto"
-        )
-
-
-def quantize_int8(model: Any) -> None:
-    """Dynamic int8 quantization of every linear layer, in place: int8 weights (a quarter of
-    the memory traffic, which bounds each decoding step on CPU) and activations quantized on
-    the fly; attention, convolutions and layer norms stay float32."""
-    import warnings
-
-    import torch
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
-        # still works, and torchao's int8 path would be one more dependency.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-
-
-def prepack_encoder_linears(model: Any) -> None:
-    """On CPU (float32), give the encoder's linear layers oneDNN weights packed once, in place.
-    The encoder multiplies 1500 frames by every weight, where oneDNN's packed GEMM beats the
-    default path (whisper-base, 2 cores: 4 windows 3.9 s -> 3.1 s; outputs differ by float
-    rounding, ~2e-4). Not the decoder: at 1-8 rows a step the layout conversions cost more than
-    they save (17 -> 35 ms a step)."""
-    import torch
-
-    if not torch.backends.mkldnn.is_available():
-        return
-    try:
-        packed_linear = _packed_linear_class()
-    except (ImportError, AttributeError):  # a torch without torch.utils.mkldnn: the default path
-        logger.info("oneDNN packed linear layers are unavailable; the encoder runs unpacked")
-        return
-    for parent in list(model.get_encoder().modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, packed_linear(child))
-
-
-@functools.lru_cache(maxsize=1)
-def _packed_linear_class() -> type:
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.utils.mkldnn import MkldnnLinear
-
-    class PackedLinear(torch.nn.Module):
-        """torch's MkldnnLinear takes (rows, features); the encoder passes (batch, frames, features)."""
-
-        def __init__(self, linear: torch.nn.Linear) -> None:
-            super().__init__()
-            self.packed = MkldnnLinear(linear, torch.float32)
-
-        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-            output = self.packed(hidden.reshape(-1, hidden.shape[-1]))
-            return output.reshape(*hidden.shape[:-1], output.shape[-1])
-
-    return PackedLinear
-
-
-def _candidate_whisper_class() -> type:
-    """A full Whisper model used as an assistant must draft candidates with plain greedy
-    `GenerationMixin.generate`. Whisper's own `generate` re-runs its timestamp and prompt
-    machinery inside the candidate generator, which breaks timestamped output;
-    the main model still verifies every token, so the result stays exactly greedy."""
-    from transformers import GenerationMixin, WhisperForConditionalGeneration
-
-    class CandidateWhisper(WhisperForConditionalGeneration):
-        def generate(self, *args: Any, **kwargs: Any) -> Any:
-            return GenerationMixin.generate(self, *args, **kwargs)
-
-    return CandidateWhisper
-
-
-def load_assistant(name: str, main_model: Any, settings: ModelSettings) -> Any:
-    """Load the speculative-decoding assistant.
-
-    distil-whisper checkpoints keep the teacher's encoder, so their decoder can read the main
-    model's encoder output: same width, layer count and mel bins load as a decoder-only
-    `WhisperForCausalLM` (the encoder runs once). Any other Whisper with the same vocabulary is
-    used whole, encoder included.
-    """
-    from transformers import AutoConfig, AutoModelForCausalLM, WhisperForConditionalGeneration
-
-    try:
-        config = AutoConfig.from_pretrained(name, token=settings.token())
-    except Exception as error:  # noqa: BLE001 - hub and file errors come in many types
-        raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
-    main_config = main_model.config
-    if config.model_type != "whisper":
-        raise ModelLoadError(
-            f"the assistant model {name!r} is a {config.model_type!r} model; speculative decoding "
-            "needs a Whisper model (e.g. distil-whisper/distil-large-v3 for whisper-large-v3)"
-        )
-    if config.vocab_size != main_config.vocab_size:
-        raise ModelLoadError(
-            f"the assistant model {name!r} has a vocabulary of {config.vocab_size} tokens but the "
-            f"main model has {main_config.vocab_size}: speculative decoding needs the same "
-            "tokenizer (an English-only model cannot assist a multilingual one)"
-        )
-    shares_encoder = all(
-        getattr(config, field) == getattr(main_config, field)
-        for field in ("d_model", "encoder_layers", "num_mel_bins")
-    )
-    try:
-        if shares_encoder:
-            assistant = AutoModelForCausalLM.from_pretrained(name, **_load_kwargs(settings))
-        else:
-            assistant = WhisperForConditionalGeneration.from_pretrained(name, **_load_kwargs(settings))
-            assistant.__class__ = _candidate_whisper_class()
-    except Exception as error:  # noqa: BLE001
-        raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
-    from whosaid.assistant import set_assisted_max_duration
-
-    assistant = assistant.to(settings.resolved_device()).eval()
-    set_assisted_max_duration(assistant, settings)
-    return assistant
 
 
 class SpeechRecognizer:
@@ -208,12 +61,17 @@ class SpeechRecognizer:
         processor: Any,
         assistant: Any = None,
         vad: Optional[VoiceActivityDetector] = None,
+        *,
+        fallback: FallbackOptions = FallbackOptions(),
+        language_switch_pause_s: float = LANGUAGE_SWITCH_PAUSE_S,
     ) -> None:
         self.model = model
         self.processor = processor
         self.assistant = assistant
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
-        self.decoder = GreedyWhisperDecoder(model)
+        self.fallback = fallback
+        self.language_switch_pause_s = language_switch_pause_s
+        self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
         self.is_multilingual = bool(getattr(generation_config, "is_multilingual", False)) and bool(
@@ -223,31 +81,22 @@ class SpeechRecognizer:
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "SpeechRecognizer":
-        import torch
-        from transformers import AutoProcessor, WhisperForConditionalGeneration
-
-        name = settings.asr_model
-        # First, outside the loading try below: DEVICE=cuda on a machine where torch cannot use
-        # the GPU refuses to start with the versions and the fix, not as "cannot load the model".
-        device = settings.resolved_device()
-        _check_quantization(settings)
-        try:
-            processor = AutoProcessor.from_pretrained(name, token=settings.token())
-            model = WhisperForConditionalGeneration.from_pretrained(name, **_load_kwargs(settings))
-        except Exception as error:  # noqa: BLE001
-            raise ModelLoadError(
-                f"cannot load the ASR model {name!r}: {error}. ASR_MODEL must name a Whisper "
-                "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
-            ) from error
-        model = model.to(device).eval()
-        if settings.quantization == "int8":
-            quantize_int8(model)
-        elif model.device.type == "cpu" and model.dtype == torch.float32:
-            prepack_encoder_linears(model)
+        model, processor = load_whisper(settings)
         assistant = None
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)
         return cls(model, processor, assistant)
+
+    def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
+        """This recognizer's models with other fallback options (nothing is loaded again)."""
+        return SpeechRecognizer(
+            self.model,
+            self.processor,
+            self.assistant,
+            self.vad,
+            fallback=fallback,
+            language_switch_pause_s=self.language_switch_pause_s,
+        )
 
     @property
     def has_assistant(self) -> bool:
@@ -291,12 +140,14 @@ class SpeechRecognizer:
         batches = [windows[first : first + batch_size] for first in range(0, len(windows), batch_size)]
         if options.initial_prompt and len(batches[0] if batches else ()) > 1:
             # The prompt conditions the first window only: it is decoded on its own.
-            batches = [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
+            batches = [windows[:1]] + [
+                windows[first : first + batch_size] for first in range(1, len(windows), batch_size)
+            ]
         spans: list[Span] = []
         for number, batch in enumerate(batches):
             if should_stop is not None:
                 should_stop.check()
-            previous = self._previous_tokens(options, first_window=number == 0)
+            previous = self.previous_tokens(options, first_window=number == 0)
             batch_spans, language = self._transcribe_windows(
                 audio, batch, language, options, previous, assistant=self.assistant if assisted else None
             )
@@ -315,21 +166,19 @@ class SpeechRecognizer:
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
         for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
-            if group and region[0] - group[-1][1] >= LANGUAGE_SWITCH_PAUSE_S:
+            if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
                 windows += plan_windows(group, max_window_s)
                 group = []
             group.append(region)
         return windows + plan_windows(group, max_window_s)
 
-    def _previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
+    def previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
         """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
         window, then the initial prompt on the first (GreedyWhisperDecoder.prompt keeps the last
         223 tokens)."""
         texts = [options.hotwords] + ([options.initial_prompt] if first_window else [])
         tokenizer = self.processor.tokenizer
-        return [
-            token for text in texts if text for token in tokenizer.encode(" " + text, add_special_tokens=False)
-        ]
+        return [token for text in texts if text for token in tokenizer.encode(" " + text, add_special_tokens=False)]
 
     def _default_language(self) -> Optional[str]:
         return None if self.is_multilingual else "en"
@@ -371,12 +220,23 @@ class SpeechRecognizer:
             return {}
         return {"task": task, "language": language}
 
-    def _features(self, windows: Sequence[np.ndarray]) -> Any:
+    def features(self, windows: Sequence[np.ndarray]) -> Any:
         """Log-mel features of each window, padded to Whisper's 30 s: (windows, mel bins, 3000)."""
         inputs = self.processor.feature_extractor(
             list(windows), sampling_rate=WHISPER_SAMPLE_RATE_HZ, return_tensors="pt"
         )
         return inputs.input_features.to(self.model.device, self.model.dtype)
+
+    def encode(self, features: Any) -> Any:
+        """The encoder's output for `features` (windows, mel bins, frames), computed a few windows
+        at a time: its activations (whisper-base: ~75 MB a window) then stay bounded whatever the
+        batch size, and on CPU one window's 1500 frames already fill the cores."""
+        import torch
+
+        encoder = self.model.get_encoder()
+        step = ENCODER_WINDOWS_PER_PASS_CPU if features.device.type == "cpu" else ENCODER_WINDOWS_PER_PASS_GPU
+        parts = [encoder(features[first : first + step]).last_hidden_state for first in range(0, len(features), step)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _transcribe_windows(
         self,
@@ -396,9 +256,9 @@ class SpeechRecognizer:
         import torch
 
         task = options.task
-        features = self._features([window.samples(audio.samples) for window in windows])
+        features = self.features([window.samples(audio.samples) for window in windows])
         with torch.inference_mode():
-            encoder_states = self.model.get_encoder()(features).last_hidden_state
+            encoder_states = self.encode(features)
             if options.multilingual:
                 languages: list[Optional[str]] = list(self._detect_languages(encoder_states))
                 language = language or languages[0]
@@ -411,30 +271,40 @@ class SpeechRecognizer:
                 if assistant is None:
                     decoded = self.decoder.decode(encoder_states[rows], prompt, is_repeating=self._is_repeating)
                 else:
-                    drafts = self._generate_tokens(
-                        features[rows], encoder_states[rows], languages[rows[0]], task, previous, assistant_model=assistant
+                    drafts = self.generate_tokens(
+                        features[rows],
+                        encoder_states[rows],
+                        languages[rows[0]],
+                        task,
+                        previous,
+                        assistant_model=assistant,
                     )
                     decoded = [
                         self.decoder.score(encoder_states[row : row + 1], prompt, row_tokens)
-                        for row, row_tokens in zip(rows, drafts)
+                        for row, row_tokens in zip(rows, drafts, strict=True)
                     ]
-                for row, result in zip(rows, decoded):
+                for row, result in zip(rows, decoded, strict=True):
                     results[row] = result
             tokens = [list(result.tokens) for result in results]
             retry = [
                 index
                 for index, result in enumerate(results)
-                if not is_silence(result) and needs_fallback(result, self._text(result.tokens))
+                if not is_silence(result, self.fallback)
+                and needs_fallback(result, self.text(result.tokens), self.fallback)
             ]
-            for rows, _ in self._prompt_groups([languages[index] for index in retry], task, previous):
-                rows = [retry[row] for row in rows]
-                beams = self._generate_tokens(
-                    features[rows], encoder_states[rows], languages[rows[0]], task, previous, num_beams=FALLBACK_NUM_BEAMS
+            # One window per beam search: it holds num_beams rows of keys and values per window
+            # (whisper-base: ~450 MB for one window, ~1.1 GB for four at once), and few windows fall back.
+            for index in retry:
+                (tokens[index],) = self.generate_tokens(
+                    features[index : index + 1],
+                    encoder_states[index : index + 1],
+                    languages[index],
+                    task,
+                    previous,
+                    num_beams=self.fallback.num_beams,
                 )
-                for index, beam_tokens in zip(rows, beams):
-                    tokens[index] = beam_tokens
-            speech = [index for index, result in enumerate(results) if not is_silence(result)]
-            segments = {index: self._segments(windows[index], tokens[index]) for index in speech}
+            speech = [index for index, result in enumerate(results) if not is_silence(result, self.fallback)]
+            segments = {index: self.segments(windows[index], tokens[index]) for index in speech}
             words: dict[int, list[tuple[SegmentTokens, tuple[Word, ...]]]] = {
                 index: [(segment, ()) for segment in segments[index]] for index in speech
             }
@@ -448,12 +318,12 @@ class SpeechRecognizer:
                     [len(windows[index].samples(audio.samples)) for index in speech],
                     [languages[index] for index in speech],
                 )
-                words.update(zip(speech, timed))
+                words.update(zip(speech, timed, strict=True))
         spans = [
             (
                 segment.start_s,
                 segment.end_s,
-                self._decode(segment.tokens),
+                self.text(segment.tokens),
                 segment_words,
                 languages[index] or self._default_language(),
             )
@@ -471,7 +341,7 @@ class SpeechRecognizer:
             groups.setdefault(language, []).append(row)
         return [(rows, self.decoder.prompt(language, task, previous)) for language, rows in groups.items()]
 
-    def _generate_tokens(
+    def generate_tokens(
         self,
         features: Any,
         encoder_states: Any,
@@ -510,15 +380,16 @@ class SpeechRecognizer:
             tokens.append(generated[: generated.index(eos)] if eos in generated else generated)
         return tokens
 
-    def _text(self, tokens: Sequence[int]) -> str:
+    def text(self, tokens: Sequence[int]) -> str:
+        """The text of decoded tokens, timestamps and special tokens left out."""
         return self.processor.tokenizer.decode(
             [token for token in tokens if token < self.decoder.timestamp_begin], skip_special_tokens=True
         )
 
     def _is_repeating(self, tokens: list[int]) -> bool:
-        return is_repetitive(self._text(tokens))
+        return is_repetitive(self.text(tokens), self.fallback)
 
-    def _segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
+    def segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
         """A window's segments on the audio's time line. Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
         segments = []
@@ -527,63 +398,3 @@ class SpeechRecognizer:
             end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
             segments.append(SegmentTokens(tuple(text_tokens), start, end))
         return segments
-
-    def _decode(self, text_tokens: Sequence[int]) -> str:
-        return self.processor.tokenizer.decode(list(text_tokens), skip_special_tokens=True)
-
-    def _spans(self, window: SpeechWindow, tokens: Sequence[int], language: Optional[str]) -> list[Span]:
-        return [
-            (segment.start_s, segment.end_s, self._decode(segment.tokens), (), language or self._default_language())
-            for segment in self._segments(window, tokens)
-        ]
-
-    def _transcribe_generate(
-        self, audio: Audio, generate_kwargs: dict[str, Any], *, assistant: Any = None
-    ) -> tuple[Chunk, ...]:
-        """The reference the fast paths are checked against: transformers' greedy `generate` on
-        each speech window (speculative with `assistant`), no fallback."""
-        import torch
-
-        language = generate_kwargs.get("language")
-        task = generate_kwargs.get("task", "transcribe")
-        spans: list[Span] = []
-        for window in self.vad.windows(audio.samples, WHISPER_WINDOW_S):
-            features = self._features([window.samples(audio.samples)])
-            with torch.inference_mode():
-                encoder_states = self.model.get_encoder()(features).last_hidden_state
-                kwargs = {"assistant_model": assistant} if assistant is not None else {}
-                (tokens,) = self._generate_tokens(features, encoder_states, language, task, **kwargs)
-            spans += self._spans(window, tokens, language)
-        return clean_chunks(spans, audio.duration_s)
-
-
-def clean_chunks(spans: Sequence[Sequence[Any]], duration_s: float) -> tuple[Chunk, ...]:
-    """Whisper's timestamps, made safe for speaker alignment: a missing start follows the previous
-    chunk, a missing final end is the end of the audio, times stay within the audio and never go
-    backwards. Text is kept as decoded, empty chunks dropped. Spans are (start_s, end_s, text)
-    or (start_s, end_s, text, words, language); words are kept inside their chunk and in order, and a chunk
-    starts no earlier than the previous chunk's words end."""
-    chunks: list[Chunk] = []
-    previous_end = 0.0
-    previous_word_end = 0.0
-    for span in spans:
-        start, end, text = span[0], span[1], span[2]
-        words: Sequence[Word] = span[3] if len(span) > 3 else ()
-        language: Optional[str] = span[4] if len(span) > 4 else None
-        if not text.strip():
-            continue
-        start_s = previous_end if start is None else float(start)
-        end_s = duration_s if end is None else float(end)
-        # Never before the previous chunk, nor before its words end (a piece of it may open a
-        # speaker segment at one of its words).
-        start_s = min(max(start_s, chunks[-1].start_s if chunks else 0.0, previous_word_end), duration_s)
-        end_s = min(max(end_s, start_s), duration_s)
-        kept_words = []
-        for word in words:
-            word_start_s = min(max(word.start_s, start_s, previous_word_end), end_s)
-            word_end_s = min(max(word.end_s, word_start_s), end_s)
-            kept_words.append(Word(word.text, word_start_s, word_end_s, word.probability))
-            previous_word_end = word_end_s
-        chunks.append(Chunk(start_s=start_s, end_s=end_s, text=text, words=tuple(kept_words), language=language))
-        previous_end = end_s
-    return tuple(chunks)

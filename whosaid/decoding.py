@@ -4,13 +4,13 @@ temperature fallback.
 `WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
-same decoder under the same Whisper logits rules, in generate's order (transformers' timestamp
-processor; the suppress-token processors with their mask built once), so it picks the same
-tokens as greedy `generate` (tests/test_speed.py checks it token for token on transformers 4.57
-and 5); rows that reach end-of-text leave the batch, so the remaining steps get cheaper. It also
-measures what the fallback needs (mean log-probability, no-speech probability) on the way, and
-stops a row that loops. Measured on whisper-base, 2 quiet CPU cores: ~10% less decoding time
-than greedy generate (one window 2.0 vs 2.2 s, four windows 3.3 vs 3.6 s).
+same decoder arithmetic (whosaid.decoder_step: one hand-written step over the model's weights)
+under the same Whisper logits rules, in generate's order (transformers' timestamp processor; the
+suppress-token processors with their mask built once), so it picks the same tokens as greedy
+`generate` (tests/test_speed.py checks it token for token on transformers 4.57 and 5); rows that
+reach end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
+fallback needs (mean log-probability, no-speech probability) on the way, and stops a row that
+loops.
 """
 
 from __future__ import annotations
@@ -19,19 +19,31 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from whosaid.decoder_step import WhisperDecoderStep
+
 WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
-# openai/whisper's fallback thresholds (transcribe.py): text that compresses better than 2.4:1 is
-# repeating itself; a mean log-probability under -1 is a guess; a window whose "no speech"
-# probability is above 0.6 and whose text is a guess is silence, not speech.
-COMPRESSION_RATIO_THRESHOLD = 2.4
-LOGPROB_THRESHOLD = -1.0
-NO_SPEECH_THRESHOLD = 0.6
-# A row is checked for repetition every this many tokens once it has this many, so that a
-# looping window stops early instead of running to the 448-token limit: its text would fail
-# the compression check at the end anyway and be decoded again.
-REPETITION_CHECK_EVERY = 32
-REPETITION_CHECK_FROM = 64
+
+@dataclass(frozen=True)
+class FallbackOptions:
+    """When a greedy window is not trusted and is decoded again with beam search, and when it is
+    silence. The defaults are openai/whisper's (transcribe.py); deterministic, no sampling
+    temperatures. Beams everywhere cost ~3x the time and did not pay on pyannote's sample
+    (whisper-base, VAD windows: greedy 2.2 s, WER 0.173; beams 6.8 s, WER 0.21)."""
+
+    #: Text that compresses better than this (zlib, bytes in / bytes out) is repeating itself.
+    compression_ratio_threshold: float = 2.4
+    #: A mean log-probability per token (end-of-text included) below this is a guess.
+    logprob_threshold: float = -1.0
+    #: A window whose <|nospeech|> probability is above this and whose text is a guess is silence.
+    no_speech_threshold: float = 0.6
+    #: Beams of the second decoding, as openai/whisper's CLI and the transformers ASR pipeline search.
+    num_beams: int = 5
+    #: A row is checked for repetition every this many tokens once it has `repetition_check_from`,
+    #: so that a looping window stops early instead of running to the 448-token limit: its text
+    #: would fail the compression check at the end anyway and be decoded again.
+    repetition_check_every: int = 32
+    repetition_check_from: int = 64
 
 
 @dataclass(frozen=True)
@@ -68,18 +80,18 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
-def is_repetitive(text: str) -> bool:
-    return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
+def is_repetitive(text: str, options: FallbackOptions) -> bool:
+    return compression_ratio(text) > options.compression_ratio_threshold
 
 
-def needs_fallback(result: WindowTokens, text: str) -> bool:
+def needs_fallback(result: WindowTokens, text: str, options: FallbackOptions) -> bool:
     """openai/whisper's test for decoding again with a stronger search."""
-    return result.gave_up or is_repetitive(text) or result.avg_logprob < LOGPROB_THRESHOLD
+    return result.gave_up or is_repetitive(text, options) or result.avg_logprob < options.logprob_threshold
 
 
-def is_silence(result: WindowTokens) -> bool:
+def is_silence(result: WindowTokens, options: FallbackOptions) -> bool:
     """openai/whisper's no-speech test: the model expects no speech and its text is a guess."""
-    return result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD
+    return result.no_speech_prob > options.no_speech_threshold and result.avg_logprob < options.logprob_threshold
 
 
 def split_segments(
@@ -108,8 +120,9 @@ def split_segments(
 class GreedyWhisperDecoder:
     """Greedy decoding with timestamps for a batch of Whisper windows that share one prompt."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, fallback: FallbackOptions = FallbackOptions()) -> None:
         self.model = model
+        self.fallback = fallback
         generation_config = model.generation_config
         self.generation_config = generation_config
         self.eos_token_id = int(generation_config.eos_token_id)
@@ -119,9 +132,12 @@ class GreedyWhisperDecoder:
         self.max_target_positions = int(model.config.max_target_positions)
         # openai/whisper keeps at most half the context for the previous text (223 of 448).
         self.max_previous_tokens = self.max_target_positions // 2 - 1
+        self.step = WhisperDecoderStep(model)
         prev_sot = getattr(generation_config, "prev_sot_token_id", None)
         # <|startofprev|> sits just before <|startoftranscript|> in every Whisper vocabulary.
-        self.prev_sot_token_id = int(prev_sot) if prev_sot is not None else int(generation_config.decoder_start_token_id) - 1
+        self.prev_sot_token_id = (
+            int(prev_sot) if prev_sot is not None else int(generation_config.decoder_start_token_id) - 1
+        )
 
     def max_length(self, prompt_length: int) -> int:
         """Where generate stops a window, prompt included. transformers 5 adds the prompt to
@@ -138,7 +154,7 @@ class GreedyWhisperDecoder:
         """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
         tokens `generate` starts from when timestamps are on. With `previous` text tokens (a
         prompt, hotwords), Whisper's convention for the previous window's text goes first:
-        <|startofprev|> and at most the last MAX_PREVIOUS_TOKENS of them."""
+        <|startofprev|> and at most the last `max_previous_tokens` (223) of them."""
         config = self.generation_config
         prompt = []
         if previous:
@@ -172,33 +188,45 @@ class GreedyWhisperDecoder:
         is_repeating: Optional[Callable[[list[int]], bool]] = None,
     ) -> list[WindowTokens]:
         """Decode every window of `encoder_states` (batch, frames, width) from `prompt`.
-        `is_repeating(tokens)`, when given, is asked every REPETITION_CHECK_EVERY tokens and
-        stops a row that it says loops (that row's result has gave_up=True)."""
+        `is_repeating(tokens)`, when given, is asked every `fallback.repetition_check_every`
+        tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        device = encoder_states.device
-        batch = encoder_states.shape[0]
         begin_index = len(prompt)
         start_of_transcript = _start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))
+        sequences = torch.tensor(
+            [list(prompt)] * encoder_states.shape[0], dtype=torch.long, device=encoder_states.device
+        )
+        step = self.step
+        step.start(encoder_states)
+        try:
+            return self._decode_rows(step, sequences, begin_index, start_of_transcript, is_repeating)
+        finally:
+            step.finish()
+
+    def _decode_rows(
+        self,
+        step: WhisperDecoderStep,
+        sequences: Any,
+        begin_index: int,
+        start_of_transcript: int,
+        is_repeating: Optional[Callable[[list[int]], bool]],
+    ) -> list[WindowTokens]:
+        import torch
+
+        device = sequences.device
+        batch = sequences.shape[0]
         max_length = self.max_length(begin_index)
         processors = self._logits_processors(begin_index, device)
-        sequences = torch.tensor([list(prompt)] * batch, dtype=torch.long, device=device)
         rows = list(range(batch))  # original row of each row still decoding
         sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
-        no_speech: Optional[Any] = None  # (batch,) once the prompt has been read
         results: list[Optional[WindowTokens]] = [None] * batch
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        step_input = sequences
-        decoder = self.model.get_decoder()
+        # The prompt step: logits at <|startoftranscript|> (the no-speech probability) and at the end.
+        logits = step.step(sequences, (start_of_transcript, begin_index - 1))
+        no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id]
+        logits = logits[:, -1]
         while True:
-            hidden = decoder(
-                input_ids=step_input, encoder_hidden_states=encoder_states, past_key_values=cache, use_cache=True
-            ).last_hidden_state
-            logits = self.model.proj_out(hidden)  # (rows, positions, vocabulary)
-            if no_speech is None:  # the first step, which reads the whole prompt
-                no_speech = logits[:, start_of_transcript].float().softmax(-1)[:, self.no_speech_token_id]
-            scores = _processed_scores(processors, sequences, logits[:, -1, :])
+            scores = _processed_scores(processors, sequences, logits)
             next_tokens = scores.argmax(-1)
             logprobs = scores.log_softmax(-1).gather(1, next_tokens[:, None]).squeeze(1)
             sum_logprobs[rows] += logprobs
@@ -209,8 +237,8 @@ class GreedyWhisperDecoder:
             full = sequences.shape[1] >= max_length
             check = (
                 is_repeating is not None
-                and generated >= REPETITION_CHECK_FROM
-                and generated % REPETITION_CHECK_EVERY == 0
+                and generated >= self.fallback.repetition_check_from
+                and generated % self.fallback.repetition_check_every == 0
             )
             keep: list[int] = []
             for index, row in enumerate(rows):
@@ -234,12 +262,11 @@ class GreedyWhisperDecoder:
                 break
             if len(keep) < len(rows):
                 kept = torch.tensor(keep, device=device)
-                cache.batch_select_indices(kept)
-                encoder_states = encoder_states[kept]
+                step.keep(kept)
                 sequences = sequences[kept]
                 next_tokens = next_tokens[kept]
                 rows = [rows[index] for index in keep]
-            step_input = next_tokens[:, None]
+            logits = step.step(next_tokens[:, None])[:, -1]
         return [result for result in results if result is not None]
 
     def score(self, encoder_states: Any, prompt: Sequence[int], tokens: Sequence[int]) -> WindowTokens:

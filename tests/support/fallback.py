@@ -1,4 +1,4 @@
-"""Switch Whisper's fallback checks off or on for a test.
+"""Fallback options that switch Whisper's checks off or on for a test.
 
 Random-weight models are never confident, so with the real thresholds every window they decode
 falls back to beam search. Tests of the greedy paths turn the checks off; tests of the fallback
@@ -6,15 +6,14 @@ force it on every window."""
 
 from __future__ import annotations
 
-import pytest
+from whosaid.decoding import FallbackOptions
+from whosaid.engine import Engine
+
+NEVER_FALL_BACK = FallbackOptions(logprob_threshold=float("-inf"), compression_ratio_threshold=float("inf"))
+# ... and never call a window silence, which needs a low log-probability too.
+ALWAYS_FALL_BACK = FallbackOptions(logprob_threshold=float("inf"), no_speech_threshold=float("inf"))
 
 
-def never_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("whosaid.decoding.LOGPROB_THRESHOLD", float("-inf"))
-    monkeypatch.setattr("whosaid.decoding.COMPRESSION_RATIO_THRESHOLD", float("inf"))
-
-
-def always_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("whosaid.decoding.LOGPROB_THRESHOLD", float("inf"))
-    # ... and never call a window silence, which needs a low log-probability too.
-    monkeypatch.setattr("whosaid.decoding.NO_SPEECH_THRESHOLD", float("inf"))
+def with_fallback(engine: Engine, fallback: FallbackOptions) -> Engine:
+    """The same loaded models, deciding fallback by `fallback`."""
+    return Engine(engine.recognizer.with_fallback(fallback), engine.diarizer)

@@ -1,0 +1,219 @@
+"""One Whisper decoder step, written out over the model's own weights.
+
+transformers' decoder call spends a large part of a greedy step outside arithmetic: module calls
+(about 80 per step), the cache objects, mask building, logits for every position of the prompt.
+This step does the same arithmetic, in the same order, on the same weights:
+
+- cross-attention keys and values are computed once per batch of windows (as transformers'
+  cache does on the first step), self-attention keys and values go into buffers allocated once;
+- queries, keys and values of self-attention come out of one matrix product (fused weights);
+- logits only for the positions that are read (the last one; on the prompt step, the
+  start-of-transcript position too);
+- on CPU in float32, linear layers are computed as W @ x^T: torch 2.10's MKL GEMM takes 2-3x
+  longer for x @ W^T, the orientation F.linear uses, with 2-8 rows (measured on 2 AVX2 cores:
+  whisper-base's 51865-word projection, 4 rows 24 vs 54 ms, 8 rows 51 vs 150 ms; its 512x2048
+  layers 0.6 vs 1.1 ms at 4 rows), and about the same with one row.
+
+Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
+ones transformers' decoder picks (tests/test_speed.py compares with `generate`); values differ
+by float rounding only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+def project(linear: Any, hidden: Any) -> Any:
+    """`linear(hidden)` for hidden of shape (..., features): a plain linear layer through
+    `affine`, anything else (a quantized layer) called as it is."""
+    import torch
+
+    if type(linear) is not torch.nn.Linear:
+        return linear(hidden)
+    return affine(linear.weight, linear.bias, hidden)
+
+
+def affine(weight: Any, bias: Optional[Any], hidden: Any) -> Any:
+    """hidden @ weight^T + bias; on CPU in float32 computed as (weight @ hidden^T)^T, the faster
+    orientation there (see the module docstring; with one row the two are alike)."""
+    import torch
+    import torch.nn.functional as F
+
+    if hidden.device.type != "cpu" or hidden.dtype != torch.float32:
+        return F.linear(hidden, weight, bias)
+    rows = hidden.numel() // hidden.shape[-1]
+    flat = hidden.reshape(rows, hidden.shape[-1])
+    if bias is None:
+        output = torch.mm(weight, flat.t())
+    else:
+        output = torch.addmm(bias[:, None], weight, flat.t())
+    return output.t().reshape(*hidden.shape[:-1], weight.shape[0])
+
+
+SELF_CACHE_FIRST_POSITIONS = 64
+
+
+class _FusedProjection:
+    """q, k and v of one self-attention layer from one product, when all three are plain linear
+    layers (k has no bias in Whisper: a zero bias adds nothing); else the three modules."""
+
+    def __init__(self, attention: Any) -> None:
+        import torch
+
+        self.attention = attention
+        parts = (attention.q_proj, attention.k_proj, attention.v_proj)
+        self.weight: Optional[Any] = None
+        self.bias: Optional[Any] = None
+        if all(type(part) is torch.nn.Linear for part in parts):
+            with torch.no_grad():
+                self.weight = torch.cat([part.weight for part in parts])
+                self.bias = torch.cat(
+                    [part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0]) for part in parts]
+                )
+
+    def __call__(self, hidden: Any) -> tuple[Any, Any, Any]:
+        if self.weight is None:
+            attention = self.attention
+            return (
+                project(attention.q_proj, hidden),
+                project(attention.k_proj, hidden),
+                project(attention.v_proj, hidden),
+            )
+        return affine(self.weight, self.bias, hidden).chunk(3, dim=-1)
+
+
+@dataclass
+class _LayerState:
+    self_keys: Any  # (rows, heads, max positions, head width), filled up to the current position
+    self_values: Any
+    cross_keys: Any  # (rows, heads, head width, frames)
+    cross_values: Any
+
+
+class WhisperDecoderStep:
+    """The decoder of a loaded WhisperForConditionalGeneration, stepped by hand.
+
+    `start(encoder_states)` prepares one batch of windows; then `step(tokens)`
+    reads the next tokens of every row ((rows, 1), or the whole prompt (rows, n) first) and
+    returns the float logits of the positions asked for; `keep(indices)` drops finished rows;
+    `finish()` frees the batch's buffers.
+    """
+
+    def __init__(self, model: Any) -> None:
+        decoder = model.get_decoder()
+        self.model = model
+        self.decoder = decoder
+        self.layers = list(decoder.layers)
+        self.self_qkv = [_FusedProjection(layer.self_attn) for layer in self.layers]
+        attention = self.layers[0].self_attn
+        self.heads = attention.num_heads
+        self.head_width = attention.head_dim
+        self.scaling = attention.scaling
+        self.embed_scale = float(getattr(decoder, "embed_scale", 1.0) or 1.0)
+        self._states: list[_LayerState] = []
+        self.position = 0
+
+    def start(self, encoder_states: Any) -> None:
+        rows = encoder_states.shape[0]
+        self._states = []
+        for layer in self.layers:
+            cross = layer.encoder_attn
+            empty = encoder_states.new_empty((rows, self.heads, 0, self.head_width))
+            self._states.append(
+                _LayerState(
+                    self_keys=empty,
+                    self_values=empty,
+                    # Transposed once: (rows, heads, head width, frames), the layout q @ K^T reads fastest.
+                    cross_keys=self._heads(cross.k_proj(encoder_states)).transpose(2, 3).contiguous(),
+                    cross_values=self._heads(cross.v_proj(encoder_states)),
+                )
+            )
+        self.position = 0
+
+    def _reserve(self, positions: int) -> None:
+        """Room for `positions` self-attention keys and values: the buffers grow by doubling (from
+        64 positions), so a short window never holds the 448 a long one may need."""
+        capacity = self._states[0].self_keys.shape[2]
+        if positions <= capacity:
+            return
+        capacity = max(positions, 2 * capacity, SELF_CACHE_FIRST_POSITIONS)
+        for state in self._states:
+            for name in ("self_keys", "self_values"):
+                old = getattr(state, name)
+                grown = old.new_empty((old.shape[0], old.shape[1], capacity, old.shape[3]))
+                grown[:, :, : self.position] = old[:, :, : self.position]
+                setattr(state, name, grown)
+
+    def finish(self) -> None:
+        """Free the batch's keys and values (whisper-base: ~37 MB a window) before what comes
+        next, such as the beam-search fallback, allocates its own."""
+        self._states = []
+        self.position = 0
+
+    def keep(self, indices: Any) -> None:
+        """Keep only the rows at `indices` (a long tensor), in that order."""
+        for state in self._states:
+            state.self_keys = state.self_keys.index_select(0, indices)
+            state.self_values = state.self_values.index_select(0, indices)
+            state.cross_keys = state.cross_keys.index_select(0, indices)
+            state.cross_values = state.cross_values.index_select(0, indices)
+
+    def step(self, tokens: Any, logit_positions: tuple[int, ...] = (-1,)) -> Any:
+        """Logits (rows, len(logit_positions), vocabulary) after reading `tokens` (rows, n)."""
+        import torch
+        import torch.nn.functional as F
+
+        decoder = self.decoder
+        count = tokens.shape[1]
+        start, end = self.position, self.position + count
+        self._reserve(end)
+        hidden = decoder.embed_tokens(tokens)
+        if self.embed_scale != 1.0:
+            hidden = hidden * self.embed_scale
+        hidden = hidden + decoder.embed_positions.weight[start:end]
+        for layer, qkv, state in zip(self.layers, self.self_qkv, self._states, strict=True):
+            residual = hidden
+            query, key, value = qkv(layer.self_attn_layer_norm(hidden))
+            state.self_keys[:, :, start:end] = self._heads(key)
+            state.self_values[:, :, start:end] = self._heads(value)
+            attended = F.scaled_dot_product_attention(
+                self._heads(query * self.scaling),
+                state.self_keys[:, :, :end],
+                state.self_values[:, :, :end],
+                is_causal=count > 1,  # the prompt step; later steps see every position before them
+                scale=1.0,
+            )
+            hidden = residual + project(layer.self_attn.out_proj, self._merge(attended))
+
+            residual = hidden
+            cross = layer.encoder_attn
+            query = project(cross.q_proj, layer.encoder_attn_layer_norm(hidden)) * self.scaling
+            # Written out rather than SDPA: with a query of one position CPU SDPA's blocked kernel
+            # is ~25% slower over 1500 frames (on GPU the two are alike).
+            weights = torch.matmul(self._heads(query), state.cross_keys).softmax(-1)
+            attended = torch.matmul(weights, state.cross_values)
+            hidden = residual + project(cross.out_proj, self._merge(attended))
+
+            residual = hidden
+            feed = layer.activation_fn(project(layer.fc1, layer.final_layer_norm(hidden)))
+            hidden = residual + project(layer.fc2, feed)
+        self.position = end
+        proj_out = self.model.proj_out
+        if type(proj_out) is not torch.nn.Linear:
+            # A dynamically quantized projection scales its int8 input by the range of all the
+            # rows it is given: give it every position, as transformers does, for the same logits.
+            return project(proj_out, decoder.layer_norm(hidden))[:, list(logit_positions)]
+        if logit_positions != (-1,) or count != 1:
+            hidden = hidden[:, list(logit_positions)]
+        return project(proj_out, decoder.layer_norm(hidden))
+
+    def _heads(self, states: Any) -> Any:
+        """(rows, positions, width) -> (rows, heads, positions, head width), contiguous."""
+        rows, positions = states.shape[:2]
+        return states.reshape(rows, positions, self.heads, self.head_width).transpose(1, 2).contiguous()
+
+    def _merge(self, attended: Any) -> Any:
+        rows, _, positions, _ = attended.shape
+        return attended.transpose(1, 2).reshape(rows, positions, self.heads * self.head_width)

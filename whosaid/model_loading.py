@@ -1,0 +1,184 @@
+"""Loading the Whisper model for CPU or GPU: the keyword arguments of `from_pretrained`, the
+int8 quantization option, the packed encoder weights used on CPU in float32, and the
+speculative-decoding assistant."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from whosaid.config import ModelSettings
+from whosaid.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+
+def load_kwargs(settings: ModelSettings) -> dict[str, Any]:
+    return {
+        "token": settings.token(),
+        "dtype": settings.resolved_dtype(),
+        "attn_implementation": settings.resolved_attn_implementation(),
+        "low_cpu_mem_usage": True,
+    }
+
+
+def check_quantization(settings: ModelSettings) -> None:
+    if settings.quantization != "int8":
+        return
+    import torch
+
+    if not settings.resolved_device().startswith("cpu") or settings.resolved_dtype() != torch.float32:
+        raise ModelLoadError(
+            f"QUANTIZATION=int8 is for CPU float32 models; this one runs on "
+            f"{settings.resolved_device()} in {settings.resolved_dtype()}: on CUDA keep float16 "
+            "(QUANTIZATION=none), on CPU leave DTYPE at auto"
+        )
+
+
+def quantize_int8(model: Any) -> None:
+    """Dynamic int8 quantization of every linear layer, in place: int8 weights (a quarter of
+    the memory traffic, which bounds each decoding step on CPU) and activations quantized on
+    the fly; attention, convolutions and layer norms stay float32."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
+        # still works, and torchao's int8 path would be one more dependency.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def prepack_encoder_linears(model: Any) -> None:
+    """On CPU (float32), give the encoder's linear layers oneDNN weights packed once, in place.
+    The encoder multiplies 1500 frames by every weight, where oneDNN's packed GEMM beats the
+    default path (whisper-base, 2 cores: 4 windows 3.9 s -> 3.1 s; outputs differ by float
+    rounding, ~2e-4). Not the decoder: at 1-8 rows a step the layout conversions cost more than
+    they save (17 -> 35 ms a step)."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return
+    try:
+        packed_linear = _packed_linear_class()
+    except (ImportError, AttributeError):  # a torch without torch.utils.mkldnn: the default path
+        logger.info("oneDNN packed linear layers are unavailable; the encoder runs unpacked")
+        return
+    for parent in list(model.get_encoder().modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, packed_linear(child))
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_linear_class() -> type:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
+        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.utils.mkldnn import MkldnnLinear
+
+    class PackedLinear(torch.nn.Module):
+        """torch's MkldnnLinear takes (rows, features); the encoder passes (batch, frames, features)."""
+
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            self.packed = MkldnnLinear(linear, torch.float32)
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            output = self.packed(hidden.reshape(-1, hidden.shape[-1]))
+            return output.reshape(*hidden.shape[:-1], output.shape[-1])
+
+    return PackedLinear
+
+
+def load_whisper(settings: ModelSettings) -> tuple[Any, Any]:
+    """The ASR model (on its device, in eval mode, quantized or with packed encoder weights as
+    `settings` say) and its processor."""
+    import torch
+    from transformers import AutoProcessor, WhisperForConditionalGeneration
+
+    name = settings.asr_model
+    # First, outside the loading try below: DEVICE=cuda on a machine where torch cannot use
+    # the GPU refuses to start with the versions and the fix, not as "cannot load the model".
+    device = settings.resolved_device()
+    check_quantization(settings)
+    try:
+        processor = AutoProcessor.from_pretrained(name, token=settings.token())
+        model = WhisperForConditionalGeneration.from_pretrained(name, **load_kwargs(settings))
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(
+            f"cannot load the ASR model {name!r}: {error}. ASR_MODEL must name a Whisper "
+            "model on the Hub (e.g. openai/whisper-large-v3) or a local directory"
+        ) from error
+    model = model.to(device).eval()
+    if settings.quantization == "int8":
+        quantize_int8(model)
+    elif model.device.type == "cpu" and model.dtype == torch.float32:
+        prepack_encoder_linears(model)
+    return model, processor
+
+
+def _candidate_whisper_class() -> type:
+    """A full Whisper model used as an assistant must draft candidates with plain greedy
+    `GenerationMixin.generate`. Whisper's own `generate` re-runs its timestamp and prompt
+    machinery inside the candidate generator, which breaks timestamped output;
+    the main model still verifies every token, so the result stays exactly greedy."""
+    from transformers import GenerationMixin, WhisperForConditionalGeneration
+
+    class CandidateWhisper(WhisperForConditionalGeneration):
+        def generate(self, *args: Any, **kwargs: Any) -> Any:
+            return GenerationMixin.generate(self, *args, **kwargs)
+
+    return CandidateWhisper
+
+
+def load_assistant(name: str, main_model: Any, settings: ModelSettings) -> Any:
+    """Load the speculative-decoding assistant.
+
+    distil-whisper checkpoints keep the teacher's encoder, so their decoder can read the main
+    model's encoder output: same width, layer count and mel bins load as a decoder-only
+    `WhisperForCausalLM` (the encoder runs once). Any other Whisper with the same vocabulary is
+    used whole, encoder included.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, WhisperForConditionalGeneration
+
+    try:
+        config = AutoConfig.from_pretrained(name, token=settings.token())
+    except Exception as error:  # noqa: BLE001 - hub and file errors come in many types
+        raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
+    main_config = main_model.config
+    if config.model_type != "whisper":
+        raise ModelLoadError(
+            f"the assistant model {name!r} is a {config.model_type!r} model; speculative decoding "
+            "needs a Whisper model (e.g. distil-whisper/distil-large-v3 for whisper-large-v3)"
+        )
+    if config.vocab_size != main_config.vocab_size:
+        raise ModelLoadError(
+            f"the assistant model {name!r} has a vocabulary of {config.vocab_size} tokens but the "
+            f"main model has {main_config.vocab_size}: speculative decoding needs the same "
+            "tokenizer (an English-only model cannot assist a multilingual one)"
+        )
+    shares_encoder = all(
+        getattr(config, field) == getattr(main_config, field) for field in ("d_model", "encoder_layers", "num_mel_bins")
+    )
+    try:
+        if shares_encoder:
+            assistant = AutoModelForCausalLM.from_pretrained(name, **load_kwargs(settings))
+        else:
+            assistant = WhisperForConditionalGeneration.from_pretrained(name, **load_kwargs(settings))
+            assistant.__class__ = _candidate_whisper_class()
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
+    from whosaid.assistant import set_assisted_max_duration
+
+    assistant = assistant.to(settings.resolved_device()).eval()
+    set_assisted_max_duration(assistant, settings)
+    return assistant
