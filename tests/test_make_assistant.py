@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support.audio_files import encode
-from tests.support.fallback import never_fall_back
+from tests.support.fallback import NEVER_FALL_BACK, with_fallback
 from whosaid.asr import ASSISTED, BATCHED
 from whosaid.assistant import (
     ASSISTANT_INFO_FILE,
@@ -161,7 +161,7 @@ def test_assistant_model_setting_loads_the_built_assistant(
 
 
 def test_built_assistant_is_lossless_through_the_engine(
-    built_assistant: Path, main_model_dir: Path, sample_audio, monkeypatch
+    built_assistant: Path, main_model_dir: Path, sample_audio
 ) -> None:
     """Assisted decoding with the built assistant gives the batched path's chunks, and plain
     greedy generate's tokens, exactly."""
@@ -169,9 +169,11 @@ def test_built_assistant_is_lossless_through_the_engine(
 
     from whosaid.engine import Engine
 
-    never_fall_back(monkeypatch)
-    engine = Engine.from_settings(
-        ModelSettings(asr_model=str(main_model_dir), assistant_model=str(built_assistant), device="cpu")
+    engine = with_fallback(
+        Engine.from_settings(
+            ModelSettings(asr_model=str(main_model_dir), assistant_model=str(built_assistant), device="cpu")
+        ),
+        NEVER_FALL_BACK,
     )
     recognizer = engine.recognizer
     audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 12 * 16000]]), 16000)
