@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-# speed.py takes word_error_rate from here; it lives in benchmarks/wer.py, shared with the tests.
+# speed_report.py takes word_error_rate from here; it lives in benchmarks/wer.py, shared with the tests.
 from benchmarks.wer import word_error_rate as word_error_rate
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 

@@ -41,7 +41,7 @@ def only_file(directory: Path, pattern: str) -> Path:
 
 @pytest.mark.slow
 def test_speed_smoke_compares_all_implementations(tmp_path: Path) -> None:
-    run_script("benchmarks/speed.py", "--smoke", "--output-dir", str(tmp_path))
+    run_script("-m", "benchmarks.speed", "--smoke", "--output-dir", str(tmp_path))
 
     result = json.loads(only_file(tmp_path, "speed-*.json").read_text())
     rows = {row["implementation"]: row for row in result["rows"]}
@@ -67,7 +67,8 @@ def test_speed_times_assisted_modes_and_diarization(
     main = tiny_whisper("bench-main", seed=0)
     assistant = tiny_whisper("bench-distil", seed=1, decoder_layers=1, encoder_of=main)
     run_script(
-        "benchmarks/speed.py",
+        "-m",
+        "benchmarks.speed",
         "--model",
         str(main),
         "--implementations",
