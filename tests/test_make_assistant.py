@@ -209,42 +209,16 @@ def test_command_refuses_silence_and_bad_arguments_with_what_to_do(
 ) -> None:
     silence = write_wav(tmp_path / "silence" / "quiet.wav", np.zeros(3 * 16000, np.float32), 16000)
     output = tmp_path / "out"
-    assert (
-        cli(
-            [
-                "make-assistant",
-                "--model",
-                str(main_model_dir),
-                "--output",
-                str(output),
-                "--tune",
-                str(silence),
-                "--steps",
-                "2",
-            ]
-        )
-        == 2
-    )
+
+    def make_assistant(model: Path, *options: str) -> int:
+        return cli(["make-assistant", "--model", str(model), "--output", str(output), *options])
+
+    assert make_assistant(main_model_dir, "--tune", str(silence), "--steps", "2") == 2
     assert "the tuning audio holds no speech: give recordings of people talking" in capsys.readouterr().err
-    assert (
-        cli(["make-assistant", "--model", str(main_model_dir), "--output", str(output), "--decoder-layers", "7"]) == 2
-    )
+    assert make_assistant(main_model_dir, "--decoder-layers", "7") == 2
     assert "decoder layer 7 does not exist: the main model has 3 decoder layers" in capsys.readouterr().err
-    assert cli(["make-assistant", "--model", str(tmp_path), "--output", str(output)]) == 2
+    assert make_assistant(tmp_path) == 2
     assert "is not a transformers Whisper directory (no config.json)" in capsys.readouterr().err
-    assert (
-        cli(
-            [
-                "make-assistant",
-                "--model",
-                str(main_model_dir),
-                "--output",
-                str(output),
-                "--tune",
-                str(tmp_path / "missing.wav"),
-            ]
-        )
-        == 2
-    )
+    assert make_assistant(main_model_dir, "--tune", str(tmp_path / "missing.wav")) == 2
     assert "missing.wav: no such file or directory" in capsys.readouterr().err
     assert not output.exists()
