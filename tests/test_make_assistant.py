@@ -155,9 +155,7 @@ def test_assistant_model_setting_loads_the_built_assistant(
     engine = Engine.from_settings(ModelSettings(asr_model=str(main_model_dir), device="cpu"))
     assistant = engine.recognizer.assistant
     assert type(assistant).__name__ == "WhisperForCausalLM" and assistant.config.decoder_layers == 2
-    from whosaid.assistant import assisted_max_duration_s
-
-    assert assisted_max_duration_s(assistant) == 12.5
+    assert engine.recognizer.assisted_max_duration_s == 12.5
 
 
 def test_built_assistant_is_lossless_through_the_engine(

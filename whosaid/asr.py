@@ -64,6 +64,7 @@ class SpeechRecognizer:
         *,
         fallback: FallbackOptions = FallbackOptions(),
         language_switch_pause_s: float = LANGUAGE_SWITCH_PAUSE_S,
+        assisted_max_duration_s: float = 0.0,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -71,6 +72,8 @@ class SpeechRecognizer:
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
         self.fallback = fallback
         self.language_switch_pause_s = language_switch_pause_s
+        # The longest audio 'auto' assists (whosaid.assistant.assisted_max_duration_s).
+        self.assisted_max_duration_s = assisted_max_duration_s
         self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
@@ -81,11 +84,14 @@ class SpeechRecognizer:
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "SpeechRecognizer":
+        from whosaid.assistant import assisted_max_duration_s
+
         model, processor = load_whisper(settings)
         assistant = None
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)
-        return cls(model, processor, assistant)
+        max_duration_s = assisted_max_duration_s(settings, model.device.type)
+        return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s)
 
     def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
         """This recognizer's models with other fallback options (nothing is loaded again)."""
@@ -96,6 +102,7 @@ class SpeechRecognizer:
             self.vad,
             fallback=fallback,
             language_switch_pause_s=self.language_switch_pause_s,
+            assisted_max_duration_s=self.assisted_max_duration_s,
         )
 
     @property
@@ -106,7 +113,7 @@ class SpeechRecognizer:
         """'auto' assists up to the measured crossover duration (whosaid.assistant.assists)."""
         from whosaid.assistant import assists
 
-        return assists(self.assistant, config, duration_s)
+        return assists(self.assistant, config, duration_s, self.assisted_max_duration_s)
 
     def decoding_options(self, config: InferenceConfig) -> DecodingOptions:
         """The request's decoder options, checked against this model."""

@@ -359,31 +359,25 @@ def make_assistant(
 #: CUDA: one Whisper window, where the published A10 figures for whisper-large-v3 with
 #: distil-large-v3 show the gain (8 s: 784 -> 327 ms) and 60 s shows the loss (3.48 -> 4.15 s).
 DEFAULT_ASSISTED_MAX_DURATION_S = {"cpu": 0.0, "cuda": 30.0}
-_MAX_DURATION_ATTRIBUTE = "whosaid_assisted_max_duration_s"
 
 
-def set_assisted_max_duration(assistant: Any, settings: Any) -> None:
-    """Give a loaded assistant the longest audio 'auto' may assist: ASSISTED_MAX_DURATION_S, or
-    the default for the device it runs on. Kept on the assistant, since the crossover belongs to
-    the pair of models and the device."""
+def assisted_max_duration_s(settings: Any, device_type: str) -> float:
+    """The longest audio 'auto' may assist: ASSISTED_MAX_DURATION_S, or the default for the
+    device the models run on (the crossover belongs to the pair of models and the device)."""
     limit = settings.assisted_max_duration_s
     if limit is None:
-        limit = DEFAULT_ASSISTED_MAX_DURATION_S.get(assistant.device.type, 0.0)
-    setattr(assistant, _MAX_DURATION_ATTRIBUTE, float(limit))
+        limit = DEFAULT_ASSISTED_MAX_DURATION_S.get(device_type, 0.0)
+    return float(limit)
 
 
-def assisted_max_duration_s(assistant: Any) -> float:
-    return float(getattr(assistant, _MAX_DURATION_ATTRIBUTE, 0.0))
-
-
-def assists(assistant: Any, config: Any, duration_s: float) -> bool:
+def assists(assistant: Any, config: Any, duration_s: float, max_duration_s: float) -> bool:
     """The request's `assisted` resolved: true and false as sent; 'auto' assists when an
     assistant is loaded, the request did not ask for batches of several windows (an explicit
-    `batch_size` above 1), and the audio lasts at most the assistant's crossover duration.
+    `batch_size` above 1), and the audio lasts at most `max_duration_s`, the pair's crossover duration.
     Speculative decoding runs one window at a time, so the longer the audio, the more windows
     batched decoding decodes together for the price of one."""
     if config.assisted != "auto":
         return bool(config.assisted)
     if assistant is None or ("batch_size" in config.model_fields_set and config.batch_size > 1):
         return False
-    return duration_s <= assisted_max_duration_s(assistant)
+    return duration_s <= max_duration_s

@@ -177,8 +177,4 @@ def load_assistant(name: str, main_model: Any, settings: ModelSettings) -> Any:
             assistant.__class__ = _candidate_whisper_class()
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
-    from whosaid.assistant import set_assisted_max_duration
-
-    assistant = assistant.to(settings.resolved_device()).eval()
-    set_assisted_max_duration(assistant, settings)
-    return assistant
+    return assistant.to(settings.resolved_device()).eval()
