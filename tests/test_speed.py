@@ -86,6 +86,44 @@ def test_greedy_loop_picks_generates_tokens_random_model(tiny_engine, sample_aud
         assert list(result.tokens) == reference_tokens(recognizer, features)[0]
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_one_window_picks_generates_tokens_on_any_thread_count(tiny_engine, sample_audio, threads) -> None:
+    """One row's products are cut into one block of rows per thread: 3 threads leave a
+    remainder of the 51865-word projection (and of every layer), 1 thread takes the plain path."""
+    import torch
+
+    recognizer = tiny_engine.recognizer
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        features, _, (result,) = greedy(recognizer, [sample_audio.samples[7 * RATE : 15 * RATE]])
+    finally:
+        torch.set_num_threads(before)
+    assert list(result.tokens) == reference_tokens(recognizer, features)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 16])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_bias) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from whosaid.decoder_step import affine
+
+    generator = torch.Generator().manual_seed(threads)
+    weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
+    bias = torch.randn(1001, generator=generator) if with_bias else None
+    hidden = torch.randn(1, 1, 64, generator=generator)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        output = affine(weight, bias, hidden)
+    finally:
+        torch.set_num_threads(before)
+    assert output.shape == (1, 1, 1001)
+    torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_greedy_loop_picks_generates_tokens_real_model(tiny_en_engine, sample_audio) -> None:
     recognizer = tiny_en_engine.recognizer
