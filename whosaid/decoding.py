@@ -5,8 +5,8 @@ temperature fallback.
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
 same decoder arithmetic (whosaid.decoder_step: one hand-written step over the model's weights)
-under the same Whisper logits rules, in generate's order (transformers' timestamp processor; the
-suppress-token processors with their mask built once), so it picks the same tokens as greedy
+under the same Whisper logits rules (whosaid.logits_rules: generate's processors, without their
+per-step costs), so it picks the same tokens as greedy
 `generate` (tests/test_speed.py checks it token for token on transformers 4.57 and 5); rows that
 reach end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
 fallback needs (mean log-probability, no-speech probability) on the way, and stops a row that
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from whosaid.decoder_step import WhisperDecoderStep
+from whosaid.logits_rules import WhisperLogitsRules
 
 WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
@@ -166,20 +167,6 @@ class GreedyWhisperDecoder:
             prompt.append(int(config.task_to_id[task]))
         return prompt
 
-    def _logits_processors(self, begin_index: int, device: Any) -> Any:
-        from transformers import LogitsProcessorList
-        from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
-
-        config = self.generation_config
-        processors = LogitsProcessorList()
-        # generate's order (WhisperGenerationMixin._retrieve_logit_processors).
-        if config.begin_suppress_tokens is not None:
-            processors.append(_SuppressTokens(config.begin_suppress_tokens, device, only_at=begin_index))
-        if config.suppress_tokens is not None:
-            processors.append(_SuppressTokens(config.suppress_tokens, device))
-        processors.append(WhisperTimeStampLogitsProcessor(config, begin_index=begin_index))
-        return processors
-
     def decode(
         self,
         encoder_states: Any,
@@ -192,70 +179,70 @@ class GreedyWhisperDecoder:
         tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
 
-        begin_index = len(prompt)
         start_of_transcript = _start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))
-        sequences = torch.tensor(
+        prompt_ids = torch.tensor(
             [list(prompt)] * encoder_states.shape[0], dtype=torch.long, device=encoder_states.device
         )
         step = self.step
         step.start(encoder_states)
         try:
-            return self._decode_rows(step, sequences, begin_index, start_of_transcript, is_repeating)
+            return self._decode_rows(step, prompt_ids, start_of_transcript, is_repeating)
         finally:
             step.finish()
 
     def _decode_rows(
         self,
         step: WhisperDecoderStep,
-        sequences: Any,
-        begin_index: int,
+        prompt_ids: Any,
         start_of_transcript: int,
         is_repeating: Optional[Callable[[list[int]], bool]],
     ) -> list[WindowTokens]:
         import torch
 
-        device = sequences.device
-        batch = sequences.shape[0]
-        max_length = self.max_length(begin_index)
-        processors = self._logits_processors(begin_index, device)
+        device = prompt_ids.device
+        batch, begin_index = prompt_ids.shape
+        max_new_tokens = self.max_length(begin_index) - begin_index
+        rules = WhisperLogitsRules(self.generation_config, begin_index, device)
         rows = list(range(batch))  # original row of each row still decoding
+        generated: list[list[int]] = [[] for _ in rows]  # each row's tokens after the prompt
         sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
         results: list[Optional[WindowTokens]] = [None] * batch
         # The prompt step: logits at <|startoftranscript|> (the no-speech probability) and at the end.
-        logits = step.step(sequences, (start_of_transcript, begin_index - 1))
-        no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id]
+        logits = step.step(prompt_ids, (start_of_transcript, begin_index - 1))
+        no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id].tolist()
         logits = logits[:, -1]
         while True:
-            scores = _processed_scores(processors, sequences, logits)
+            scores = rules.scores(generated, logits)
             next_tokens = scores.argmax(-1)
             logprobs = scores.log_softmax(-1).gather(1, next_tokens[:, None]).squeeze(1)
             sum_logprobs[rows] += logprobs
-            sequences = torch.cat([sequences, next_tokens[:, None]], dim=1)
+            for tokens, token in zip(generated, next_tokens.tolist(), strict=True):
+                tokens.append(token)
 
-            ended = (next_tokens == self.eos_token_id).tolist()
-            generated = sequences.shape[1] - begin_index
-            full = sequences.shape[1] >= max_length
+            count = len(generated[0])
+            full = count >= max_new_tokens
             check = (
                 is_repeating is not None
-                and generated >= self.fallback.repetition_check_from
-                and generated % self.fallback.repetition_check_every == 0
+                and count >= self.fallback.repetition_check_from
+                and count % self.fallback.repetition_check_every == 0
             )
             keep: list[int] = []
             for index, row in enumerate(rows):
+                tokens = generated[index]
+                ended = tokens[-1] == self.eos_token_id
                 gave_up = False
-                if not (ended[index] or full):
-                    gave_up = check and is_repeating(sequences[index, begin_index:].tolist())  # type: ignore[misc]
+                if not (ended or full):
+                    gave_up = check and is_repeating(list(tokens))  # type: ignore[misc]
                     if not gave_up:
                         keep.append(index)
                         continue
-                tokens = sequences[index, begin_index:].tolist()
-                if ended[index]:
+                if ended:
                     tokens = tokens[:-1]
                 results[row] = WindowTokens(
                     tokens=tuple(tokens),
                     # openai/whisper divides by the text length plus one (the end-of-text).
                     avg_logprob=float(sum_logprobs[row]) / (len(tokens) + 1),
-                    no_speech_prob=float(no_speech[row]),  # type: ignore[index]
+                    no_speech_prob=no_speech[row],
                     gave_up=gave_up,
                 )
             if not keep:
@@ -263,9 +250,9 @@ class GreedyWhisperDecoder:
             if len(keep) < len(rows):
                 kept = torch.tensor(keep, device=device)
                 step.keep(kept)
-                sequences = sequences[kept]
                 next_tokens = next_tokens[kept]
                 rows = [rows[index] for index in keep]
+                generated = [generated[index] for index in keep]
             logits = step.step(next_tokens[:, None])[:, -1]
         return [result for result in results if result is not None]
 
@@ -283,10 +270,10 @@ class GreedyWhisperDecoder:
             input_ids=sequence, encoder_hidden_states=encoder_states, use_cache=False
         ).last_hidden_state
         logits = self.model.proj_out(hidden)[0]  # (positions, vocabulary)
-        processors = self._logits_processors(len(prompt), device)
+        rules = WhisperLogitsRules(self.generation_config, len(prompt), device)
         sum_logprobs = 0.0
         for position in range(len(prompt), len(ids)):
-            scores = _processed_scores(processors, sequence[:, :position], logits[position - 1 : position])
+            scores = rules.scores([ids[len(prompt) : position]], logits[position - 1 : position])
             sum_logprobs += float(scores.log_softmax(-1)[0, ids[position]])
         return WindowTokens(
             tokens=tuple(tokens),
@@ -303,29 +290,3 @@ def _start_of_transcript(prompt: Sequence[int], start_token_id: int) -> int:
     """Where <|startoftranscript|> is in a prompt: after the previous text, when there is one.
     The no-speech probability is read there, as openai/whisper does."""
     return len(prompt) - 1 - list(prompt)[::-1].index(start_token_id)
-
-
-def _processed_scores(processors: Any, sequences: Any, logits: Any) -> Any:
-    """As generate: float32 scores of the next token, through Whisper's logits processors."""
-    import torch
-
-    return processors(sequences, logits.to(copy=True, dtype=torch.float32))
-
-
-class _SuppressTokens:
-    """transformers' SuppressTokensLogitsProcessor (and, with `only_at`, its AtBegin variant):
-    the same -inf on the same tokens, without rebuilding the vocabulary mask with torch.isin at
-    every step (~3 ms of a ~20 ms step for whisper-base on 2 CPU cores)."""
-
-    def __init__(self, token_ids: Sequence[int], device: Any, *, only_at: Optional[int] = None) -> None:
-        import torch
-
-        self.token_ids = torch.tensor(sorted({int(token) for token in token_ids}), dtype=torch.long, device=device)
-        self.only_at = only_at
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if self.only_at is not None and input_ids.shape[-1] != self.only_at:
-            return scores
-        # Ids outside the vocabulary never win; transformers' mask ignores them too.
-        scores[:, self.token_ids[self.token_ids < scores.shape[-1]]] = -float("inf")
-        return scores
