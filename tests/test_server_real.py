@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process
+from tests.support.threads import torch_threads
 from whosaid.config import get_model_settings
 
 pytestmark = pytest.mark.slow
@@ -39,14 +40,10 @@ def clip(sample_audio) -> bytes:
 
 @pytest.fixture(scope="module")
 def handler_text(tiny_en: Path, clip: bytes) -> str:
-    import torch
-
     from handler import EndpointHandler
 
-    threads = torch.get_num_threads()
     # One torch thread, as the server runs: on a busy two-core machine more threads thrash.
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         with pytest.MonkeyPatch.context() as monkeypatch:
             monkeypatch.setenv("ASR_MODEL", str(tiny_en))
             monkeypatch.setenv("DEVICE", "cpu")
@@ -58,8 +55,6 @@ def handler_text(tiny_en: Path, clip: bytes) -> str:
             finally:
                 get_model_settings.cache_clear()
         return handler({"inputs": base64.b64encode(clip).decode(), "parameters": {}})["text"]
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_handler_root_route_and_openai_route_give_the_same_text(server: str, clip: bytes, handler_text: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
 from tests.support.reference import transcribe_with_generate
+from tests.support.threads import torch_threads
 from whosaid.asr import BATCHED
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
@@ -90,15 +91,9 @@ def test_greedy_loop_picks_generates_tokens_random_model(tiny_engine, sample_aud
 def test_one_window_picks_generates_tokens_on_any_thread_count(tiny_engine, sample_audio, threads) -> None:
     """One row's products are cut into one block of rows per thread: 3 threads leave a
     remainder of the 51865-word projection (and of every layer), 1 thread takes the plain path."""
-    import torch
-
     recognizer = tiny_engine.recognizer
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         features, _, (result,) = greedy(recognizer, [sample_audio.samples[7 * RATE : 15 * RATE]])
-    finally:
-        torch.set_num_threads(before)
     assert list(result.tokens) == reference_tokens(recognizer, features)[0]
 
 
@@ -114,12 +109,8 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
     bias = torch.randn(1001, generator=generator) if with_bias else None
     hidden = torch.randn(1, 1, 64, generator=generator)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         output = affine(weight, bias, hidden)
-    finally:
-        torch.set_num_threads(before)
     assert output.shape == (1, 1, 1001)
     torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.support.audio_files import encode
+from tests.support.threads import torch_threads
 from whosaid import model_options
 from whosaid.cli import main
 from whosaid.errors import ModelLoadError
@@ -23,12 +24,8 @@ from whosaid.server.schemas import TranscriptResponse
 def one_torch_thread() -> Iterator[None]:
     """Inference runs in this process: on a busy two-core machine torch's default of two
     threads makes a tiny model many times slower than one thread does."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(autouse=True)
