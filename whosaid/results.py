@@ -55,6 +55,16 @@ class SpeakerTurn:
 
 
 @dataclass(frozen=True)
+class Diarization:
+    """Who spoke when, as a diarizer returns it. `turns` may overlap (two people talking at
+    once); `exclusive_turns` is the same result with each instant given to at most one speaker,
+    the view words are attributed on. Both are sorted by (start_s, end_s) and clipped to the audio."""
+
+    turns: tuple[SpeakerTurn, ...]
+    exclusive_turns: tuple[SpeakerTurn, ...]
+
+
+@dataclass(frozen=True)
 class SpeakerSegment:
     """Consecutive transcript chunks attributed to one speaker."""
 
