@@ -5,6 +5,6 @@ The implementations live in the `whosaid` package, shared with the server and th
 
 from whosaid.alignment import assign_speakers, speaker_of
 from whosaid.audio import Audio, load_audio
-from whosaid.diarization import Diarizer, turns_from_output
+from whosaid.diarization import Diarizer, diarization_from_output
 
-__all__ = ["Audio", "Diarizer", "assign_speakers", "load_audio", "speaker_of", "turns_from_output"]
+__all__ = ["Audio", "Diarizer", "assign_speakers", "load_audio", "speaker_of", "diarization_from_output"]

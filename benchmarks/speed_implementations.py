@@ -154,7 +154,7 @@ def _load_diarization(job: Job) -> Runner:
     )
 
     def run(samples: np.ndarray) -> Output:
-        turns = diarizer.diarize(Audio(samples), {})
+        turns = diarizer.diarize(Audio(samples), {}).turns
         return {"turns": [[turn.start_s, turn.end_s, turn.speaker] for turn in turns]}
 
     return run

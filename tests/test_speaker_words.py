@@ -16,7 +16,7 @@ from tests.support.conversation import Conversation, build_conversation
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
-from whosaid.results import SpeakerSegment, SpeakerTurn
+from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn
 
 MAX_CPWER_OVER_WER = 0.01
 
@@ -28,9 +28,9 @@ class ReferenceTurns:
         self.turns = tuple(turns)
         self.calls = 0
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
         self.calls += 1
-        return self.turns
+        return Diarization(turns=self.turns, exclusive_turns=self.turns)
 
 
 def errors(reference: str, hypothesis: str) -> int:

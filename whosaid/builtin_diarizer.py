@@ -39,7 +39,7 @@ from whosaid.diarizer_frames import (
     unit_vectors,
 )
 from whosaid.errors import InferenceError
-from whosaid.results import SpeakerTurn
+from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speaker_embedding import MEL_HOP_SAMPLES, SpeakerEncoder, mel_power_frames
 from whosaid.vad import VadOptions, VoiceActivityDetector
 
@@ -107,7 +107,11 @@ class BuiltinDiarizer(Diarizer):
     def load(cls, device: str = "cpu") -> "BuiltinDiarizer":
         return cls(SpeakerEncoder.load(device))
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
+        turns = self._turns(audio, speaker_parameters)
+        return Diarization(turns=turns, exclusive_turns=turns)  # its turns never overlap
+
+    def _turns(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
         if audio.sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
             raise InferenceError(f"the built-in diarizer takes 16 kHz audio, got {audio.sample_rate_hz} Hz")
         count = SpeakerCount(

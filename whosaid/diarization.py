@@ -11,7 +11,7 @@ from typing import Any, Optional
 from whosaid.audio import Audio
 from whosaid.config import ModelSettings
 from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError
-from whosaid.results import SpeakerTurn
+from whosaid.results import Diarization, SpeakerTurn
 
 logger = logging.getLogger(__name__)
 
@@ -26,9 +26,9 @@ def _disable_telemetry() -> None:
 
 
 class Diarizer:
-    """Who spoke when. `diarize` returns speaker turns, in order, that never overlap, clipped to
-    the audio; it raises InvalidParametersError when the speaker hints ask for more speakers
-    than the speech allows."""
+    """Who spoke when. `diarize` returns a `Diarization`: the speaker turns (which may overlap)
+    and their exclusive view, both in order and clipped to the audio; it raises
+    InvalidParametersError when the speaker hints ask for more speakers than the speech allows."""
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "Diarizer":
@@ -41,7 +41,7 @@ class Diarizer:
             return BuiltinDiarizer.load(settings.resolved_device())
         return PyannoteDiarizer.from_settings(settings)
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
         raise NotImplementedError
 
 
@@ -68,7 +68,7 @@ class PyannoteDiarizer(Diarizer):
         pipeline.to(torch.device(settings.resolved_device()))
         return cls(pipeline)
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
+    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
         import torch
 
         waveform = torch.from_numpy(audio.samples).unsqueeze(0)  # (channel=1, time)
@@ -80,17 +80,23 @@ class PyannoteDiarizer(Diarizer):
             if "n_clusters" in str(error) and speaker_parameters:
                 raise too_many_speakers(audio.duration_s, speaker_parameters) from error
             raise InferenceError(f"speaker diarization failed: {error}") from error
-        return turns_from_output(output, audio.duration_s)
+        return diarization_from_output(output, audio.duration_s)
 
 
-def turns_from_output(output: Any, duration_s: float) -> tuple[SpeakerTurn, ...]:
-    """pyannote 4 returns DiarizeOutput, whose exclusive annotation has no overlapping turns
-    (the right input for attaching words to speakers); pyannote 3.x pipelines, and 4.x ones
-    with `legacy: true`, return an Annotation. Turns are clipped to the audio: pyannote pads
-    the last window with zeros and may report speech in the padding."""
-    annotation = getattr(output, "exclusive_speaker_diarization", None)
-    if annotation is None:
-        annotation = getattr(output, "speaker_diarization", output)
+def diarization_from_output(output: Any, duration_s: float) -> Diarization:
+    """pyannote 4 returns DiarizeOutput: the speaker diarization (overlap included) and its
+    exclusive view (no overlapping turns, the right input for attaching words to speakers).
+    pyannote 3.x pipelines, and 4.x ones with `legacy: true`, return an Annotation, used for both."""
+    annotation = getattr(output, "speaker_diarization", output)
+    exclusive = getattr(output, "exclusive_speaker_diarization", None)
+    if exclusive is None:
+        exclusive = annotation
+    return Diarization(turns=turns_of(annotation, duration_s), exclusive_turns=turns_of(exclusive, duration_s))
+
+
+def turns_of(annotation: Any, duration_s: float) -> tuple[SpeakerTurn, ...]:
+    """A pyannote Annotation as sorted turns clipped to the audio: pyannote pads the last window
+    with zeros and may report speech in the padding."""
     turns = []
     for segment, _, label in annotation.itertracks(yield_label=True):
         start_s, end_s = max(0.0, float(segment.start)), min(duration_s, float(segment.end))

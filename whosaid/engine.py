@@ -133,8 +133,9 @@ class Engine:
             if should_stop is not None:
                 should_stop.check()
             with _translate_failures("speaker diarization"):
-                turns = self.diarizer.diarize(audio, config.speaker_parameters())
-            speakers = assign_speakers(asr.chunks, turns)
+                diarization = self.diarizer.diarize(audio, config.speaker_parameters())
+            turns = diarization.turns
+            speakers = assign_speakers(asr.chunks, diarization.exclusive_turns)
         return Transcript(
             text="".join(chunk.text for chunk in asr.chunks).strip(),
             chunks=asr.chunks,
