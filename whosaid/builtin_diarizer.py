@@ -58,8 +58,10 @@ class BuiltinDiarizerOptions:
     # with the speech it reads, and a few seconds tell voices apart.
     max_embedded_speech_s: float = 3.0
     # Embeddings of at least this much clean speech decide the speakers; shorter ones only join them.
-    min_trusted_speech_s: float = 2.0
+    min_trusted_speech_s: float = 1.0
     clustering: ClusteringOptions = ClusteringOptions()
+    # A speaker's pauses shorter than this are filled (pyannote's `min_duration_off`).
+    min_duration_off_s: float = 0.0
 
 
 class BuiltinDiarizer(Diarizer):
@@ -106,7 +108,9 @@ class BuiltinDiarizer(Diarizer):
         except TooFewSpeakers as error:
             raise too_many_speakers(audio.duration_s, speaker_parameters) from error
         diarization = self.reconstruct(segmentations, hard_clusters, count, audio.duration_s)
-        if len({turn.speaker for turn in diarization.turns}) < (count.lowest if diarization.turns else 1):
+        # A speaker of the clustering may win no frame of the reconstruction: fewer than asked for.
+        # No speech at all is no speakers, whatever the hints (pyannote's early exit).
+        if diarization.turns and len({turn.speaker for turn in diarization.turns}) < count.lowest:
             raise too_many_speakers(audio.duration_s, speaker_parameters)
         return diarization
 
@@ -182,9 +186,15 @@ class BuiltinDiarizer(Diarizer):
             return Diarization(turns=(), exclusive_turns=())
         speakers_per_frame.data = np.minimum(speakers_per_frame.data, count.highest).astype(np.int8)
         mixin = _Reconstruction()
-        overlapping = mixin.to_annotation(SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame))
+        overlapping = mixin.to_annotation(
+            SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
+            min_duration_off=self.options.min_duration_off_s,
+        )
         speakers_per_frame.data = np.minimum(speakers_per_frame.data, 1).astype(np.int8)
-        exclusive = mixin.to_annotation(SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame))
+        exclusive = mixin.to_annotation(
+            SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
+            min_duration_off=self.options.min_duration_off_s,
+        )
         first_heard = sorted(overlapping.labels(), key=lambda label: overlapping.label_timeline(label)[0].start)
         names = {label: f"SPEAKER_{index:02d}" for index, label in enumerate(first_heard)}
         output = DiarizeOutput(

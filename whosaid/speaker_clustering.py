@@ -51,7 +51,7 @@ class SpeakerCount:
 @dataclass(frozen=True)
 class ClusteringOptions:
     # Centroid-linkage cut, as a Euclidean distance between unit vectors (2 - 2 cos = d^2).
-    threshold: float = 0.7
+    threshold: float = 0.85
     # A cluster holding less speech than this (seconds, overlapping chunks counted once) is not a
     # speaker; its members join the nearest speaker.
     min_speaker_s: float = 1.0
