@@ -20,6 +20,8 @@ from whosaid.errors import ModelLoadError
 SAMPLE_RATE_HZ = 16_000
 TRACE_FILE = Path("models", "camplusplus_traced_cuda_optimized.pt")
 
+pytestmark = pytest.mark.slow  # the real 6.9 M-parameter network, seconds per test on CPU
+
 
 @pytest.fixture(scope="module")
 def embedder() -> CamPlusPlusEmbedding:
@@ -209,3 +211,25 @@ def test_same_speaker_turns_are_closer_than_different_speakers(
     assert same.mean() > different.mean() + 0.25
     nearest = np.where(off_diagonal, similarity, -np.inf).argmax(axis=1)
     assert same_speaker[np.arange(len(long_turns)), nearest].all(), "each turn's nearest turn is its speaker's"
+
+
+def test_rows_are_grouped_by_length_within_a_frame_budget() -> None:
+    counts = [1000, 2, 500, 990, 450, 820, 0, 3] + [1000] * 15
+    groups = embedding_module._length_groups(counts, min_count=3)
+    assert sorted(row for group in groups for row in group) == [0, 2, 3, 4, 5, 7, *range(8, 23)]
+    for group in groups:
+        longest = counts[group[0]]
+        assert all(counts[row] <= longest for row in group)
+        assert all(counts[row] >= embedding_module.GROUP_FILL * longest for row in group)
+        assert len(group) * longest <= embedding_module.GROUP_MAX_FRAMES
+    assert [len(group) for group in groups] == [16, 2, 2, 1]
+
+
+def test_a_batch_of_mixed_lengths_embeds_each_row_as_alone(embedder: CamPlusPlusEmbedding) -> None:
+    waveforms = noise(10.0, seed=7, rows=1).expand(5, 1, -1).contiguous()
+    masks = torch.zeros(5, 589)
+    for row, (start, end) in enumerate([(0, 589), (0, 40), (100, 350), (500, 589), (200, 210)]):
+        masks[row, start:end] = 1.0
+    together = embedder(waveforms, masks)
+    alone = np.concatenate([embedder(waveforms[row : row + 1], masks[row : row + 1]) for row in range(5)])
+    np.testing.assert_allclose(together, alone, atol=1e-4)

