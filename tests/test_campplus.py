@@ -129,6 +129,9 @@ def test_too_short_waveforms_give_nan_rows(embedder: CamPlusPlusEmbedding) -> No
     assert np.isnan(embedder(short.unsqueeze(1))).all()
     just_enough = noise(1.0, seed=5)[:, : embedder.min_num_samples]
     assert np.isfinite(embedder(just_enough.unsqueeze(1))).all()
+    under_one_frame = noise(1.0, seed=5, rows=2)[:, :100].unsqueeze(1)
+    assert np.isnan(embedder(under_one_frame, torch.ones(2, 6))).all()
+    assert embedder(torch.zeros(0, 1, 16_000), torch.zeros(0, 59)).shape == (0, 192)
 
 
 def test_embeddings_agree_across_thread_counts_and_repeat_exactly(embedder: CamPlusPlusEmbedding) -> None:

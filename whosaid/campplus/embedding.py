@@ -113,6 +113,8 @@ class CamPlusPlusEmbedding:
         with torch.inference_mode():
             features = fbank.log_mel_fbank(waveforms[:, 0].to(self.device))  # (B, T, 80)
             num_frames = features.shape[1]
+            if num_frames < self.min_num_frames:
+                return embeddings
             if masks is None:
                 keep = torch.ones(batch_size, num_frames, dtype=torch.bool, device=features.device)
             else:

@@ -49,8 +49,8 @@ def log_mel_fbank(waveforms: torch.Tensor) -> torch.Tensor:
     """(B, N) float waveforms at 16 kHz -> (B, num_frames(N), 80) log-mel energies, float32."""
     window, banks = _window_and_mel_banks(waveforms.device)
     waveforms = waveforms.to(torch.float32)
-    if waveforms.shape[-1] < FRAME_SAMPLES:
-        return waveforms.new_zeros(waveforms.shape[0], 0, NUM_BINS)
+    if waveforms.shape[0] == 0 or waveforms.shape[-1] < FRAME_SAMPLES:
+        return waveforms.new_zeros(waveforms.shape[0], num_frames(waveforms.shape[-1]), NUM_BINS)
     frames = waveforms.unfold(-1, FRAME_SAMPLES, HOP_SAMPLES)  # (B, T, FRAME_SAMPLES)
     frames = frames - frames.mean(dim=-1, keepdim=True)
     previous = torch.cat([frames[..., :1], frames[..., :-1]], dim=-1)
