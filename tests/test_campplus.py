@@ -236,3 +236,49 @@ def test_a_batch_of_mixed_lengths_embeds_each_row_as_alone(embedder: CamPlusPlus
     together = embedder(waveforms, masks)
     alone = np.concatenate([embedder(waveforms[row : row + 1], masks[row : row + 1]) for row in range(5)])
     np.testing.assert_allclose(together, alone, atol=1e-4)
+
+
+def test_pyannotes_own_embedding_step_runs_on_it(
+    embedder: CamPlusPlusEmbedding, sample_wav: Path, sample_audio
+) -> None:
+    """`SpeakerDiarization.get_embeddings`, the step that calls the embedding model, fed 10 s
+    chunks every 5 s of pyannote's sample with the reference turns as the binary segmentation
+    (two speakers plus one silent slot per chunk)."""
+    from types import SimpleNamespace
+
+    from pyannote.audio.core.io import Audio
+    from pyannote.audio.pipelines import SpeakerDiarization
+    from pyannote.core import SlidingWindow, SlidingWindowFeature
+
+    turns = speaker_turns(sample_wav.with_suffix(".rttm"))
+    speakers = sorted({speaker for *_, speaker in turns})
+    chunk_s, step_s, frames_per_chunk = 10.0, 5.0, 589
+    num_chunks = int((sample_audio.duration_s - chunk_s) // step_s) + 1
+    activity = np.zeros((num_chunks, frames_per_chunk, 3), dtype=np.float32)
+    frame_times = (np.arange(frames_per_chunk) + 0.5) * chunk_s / frames_per_chunk
+    for chunk in range(num_chunks):
+        for start_s, end_s, speaker in turns:
+            times = chunk * step_s + frame_times
+            activity[chunk, (times >= start_s) & (times < end_s), speakers.index(speaker)] = 1.0
+    segmentations = SlidingWindowFeature(activity, SlidingWindow(start=0.0, duration=chunk_s, step=step_s))
+    pipeline = SimpleNamespace(
+        training=False,
+        _embedding=embedder,
+        _audio=Audio(sample_rate=embedder.sample_rate, mono="downmix"),
+        embedding_batch_size=8,
+    )
+    file = {"waveform": torch.from_numpy(sample_audio.samples)[None], "sample_rate": SAMPLE_RATE_HZ}
+
+    embeddings = SpeakerDiarization.get_embeddings(pipeline, file, segmentations, exclude_overlap=True)
+
+    assert embeddings.shape == (num_chunks, 3, 192)
+    assert np.isnan(embeddings[:, 2]).all(), "the silent slot has no embedding"
+    talking = activity[:, :, :2].sum(axis=1) >= 2 * embedder.min_num_frames * frames_per_chunk / 1000
+    assert np.isfinite(embeddings[:, :2][talking]).all()
+    unit = embeddings[:, :2] / np.linalg.norm(embeddings[:, :2], axis=-1, keepdims=True)
+    first, second = unit[talking[:, 0], 0], unit[talking[:, 1], 1]
+    same = np.concatenate(
+        [(first @ first.T)[np.triu_indices(len(first), 1)], (second @ second.T)[np.triu_indices(len(second), 1)]]
+    )
+    print(f"same {same.mean():.3f}, different {(first @ second.T).mean():.3f}, talking {talking.sum(axis=0)}")
+    assert same.mean() > (first @ second.T).mean() + 0.2
