@@ -230,6 +230,9 @@ class CamPlusPlus(nn.Module):
         super().__init__()
         self.head = _Head()
         self.xvector = _XVector(self.head.out_channels)
+        # oneDNN's 2-D convolutions run faster on channels-last tensors; loading a state dict
+        # keeps the layout.
+        self.head.to(memory_format=torch.channels_last)
 
     def forward(self, features: torch.Tensor, frame_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """features: (B, T, 80) mean-normalised log-mel fbank, zero beyond each row's length.
