@@ -95,7 +95,9 @@ def assert_well_formed(diarization: Diarization, duration_s: float) -> None:
     exclusive = diarization.exclusive_turns
     assert all(earlier.end_s <= later.start_s + 1e-6 for earlier, later in itertools.pairwise(exclusive))
     assert speakers_of(exclusive) <= speakers_of(diarization.turns)
-    names = sorted(speakers_of(diarization.turns), key=lambda name: min(t.start_s for t in diarization.turns if t.speaker == name))
+    names = sorted(
+        speakers_of(diarization.turns), key=lambda name: min(t.start_s for t in diarization.turns if t.speaker == name)
+    )
     assert names == [f"SPEAKER_{index:02d}" for index in range(len(names))]
 
 
@@ -189,7 +191,9 @@ def meeting_with_a_guest(sample_audio: Audio, ami, guest_s: float) -> tuple[Audi
     audio, reference = ami["ami_trn03"]
     start_s, end_s, _ = alone(reference, guest_s + 0.4)
     middle_s = (start_s + end_s) / 2
-    guest = audio.samples[int((middle_s - guest_s / 2) * SAMPLE_RATE_HZ) : int((middle_s + guest_s / 2) * SAMPLE_RATE_HZ)]
+    guest = audio.samples[
+        int((middle_s - guest_s / 2) * SAMPLE_RATE_HZ) : int((middle_s + guest_s / 2) * SAMPLE_RATE_HZ)
+    ]
     # The sample's voices at the AMI snippet's level: a louder or quieter guest is not what is tested.
     guest = guest * (np.percentile(np.abs(sample_audio.samples), 99) / np.percentile(np.abs(guest), 99))
     pause = np.zeros(SAMPLE_RATE_HZ, np.float32)

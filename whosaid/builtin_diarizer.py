@@ -66,7 +66,10 @@ class BuiltinDiarizerOptions:
 
 class BuiltinDiarizer(Diarizer):
     def __init__(
-        self, segmentation_model: Any, embedding: SpeakerEmbedding, options: BuiltinDiarizerOptions = BuiltinDiarizerOptions()
+        self,
+        segmentation_model: Any,
+        embedding: SpeakerEmbedding,
+        options: BuiltinDiarizerOptions = BuiltinDiarizerOptions(),
     ) -> None:
         from pyannote.audio import Inference
 
@@ -148,12 +151,10 @@ class BuiltinDiarizer(Diarizer):
         with torch.inference_mode():
             for first in range(0, len(wanted), batch):
                 pairs = wanted[first : first + batch]
-                waveforms = np.stack(
-                    [padded[c * step_samples : c * step_samples + chunk_samples] for c, _ in pairs]
-                )[:, None, :]
-                masks = np.stack(
-                    [_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs]
-                )
+                waveforms = np.stack([padded[c * step_samples : c * step_samples + chunk_samples] for c, _ in pairs])[
+                    :, None, :
+                ]
+                masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
                 vectors = self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
                 embeddings[pairs[:, 0], pairs[:, 1]] = vectors
         return embeddings, clean_speech_s, _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s
@@ -235,4 +236,3 @@ class _Reconstruction:
 
         self.to_diarization = SpeakerDiarizationMixin.to_diarization
         self.to_annotation = SpeakerDiarizationMixin.to_annotation
-
