@@ -5,6 +5,7 @@ through `PyannoteDiarizer` as a hub pipeline would be."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ def test_real_pyannote_pipeline_diarizes_the_sample_with_overlap(
     ]
     assert overlapped, "pyannote's reconstruction keeps two speakers where the segmentation hears two"
     exclusive = diarization.exclusive_turns
-    assert all(a.end_s <= b.start_s + 1e-6 for a, b in zip(exclusive, exclusive[1:]))
+    assert all(a.end_s <= b.start_s + 1e-6 for a, b in itertools.pairwise(exclusive))
     assert der(sample_wav.with_suffix(".rttm"), diarization.turns, sample_audio.duration_s) <= 0.08
 
 
