@@ -56,7 +56,10 @@ class BuiltinDiarizerOptions:
     min_embedded_speech_s: float = 0.5
     # ... and from at most this much of it, the middle of what it says: the encoder's cost grows
     # with the speech it reads, and a few seconds tell voices apart.
-    max_embedded_speech_s: float = 3.0
+    max_embedded_speech_s: float = 4.0
+    # Only every this-many-th chunk is embedded: a local speaker of a chunk in between is the speaker
+    # it shares the most speech with in the overlapping neighbours (segmentation alone tells that).
+    embedding_stride: int = 2
     # Embeddings of at least this much clean speech decide the speakers; shorter ones only join them.
     min_trusted_speech_s: float = 1.0
     clustering: ClusteringOptions = ClusteringOptions()
@@ -139,7 +142,12 @@ class BuiltinDiarizer(Diarizer):
         speech_s = data.sum(axis=1) * frame_s
         # Overlapped speech only where a voice is never heard alone long enough.
         use_clean = clean_speech_s >= self.options.min_embedded_speech_s
-        wanted = np.argwhere(speech_s >= self.options.min_embedded_speech_s)
+        # Every `embedding_stride`-th chunk (and the last) is embedded; the others' local speakers
+        # follow the embedded neighbours they overlap (`_follow_neighbours`).
+        embedded_chunks = np.zeros(num_chunks, bool)
+        embedded_chunks[:: self.options.embedding_stride] = True
+        embedded_chunks[-1] = True
+        wanted = np.argwhere((speech_s >= self.options.min_embedded_speech_s) & embedded_chunks[:, None])
 
         max_frames = max(1, int(round(self.options.max_embedded_speech_s / frame_s)))
         chunk_samples = int(round(self.chunk_s * audio.sample_rate_hz))
@@ -165,8 +173,13 @@ class BuiltinDiarizer(Diarizer):
         clusters = cluster_speakers(
             embeddings, speech_s, clean_speech_s >= self.options.min_trusted_speech_s, count, self.options.clustering
         )
+        active = np.nansum(segmentations.data, axis=1) > 0
         if (clusters < 0).all():  # speech, but too little of it to embed: one speaker
-            clusters[np.nansum(segmentations.data, axis=1) > 0] = 0
+            clusters[active] = 0
+            return clusters
+        if self.options.embedding_stride > 1:
+            step_frames = segmentations.sliding_window.step / (self.chunk_s / segmentations.data.shape[1])
+            clusters = _follow_neighbours(np.nan_to_num(segmentations.data), clusters, active, step_frames)
         return clusters
 
     def reconstruct(
@@ -203,6 +216,41 @@ class BuiltinDiarizer(Diarizer):
             exclusive_speaker_diarization=exclusive.rename_labels(mapping=names) if exclusive else Annotation(),
         )
         return diarization_from_output(output, duration_s)
+
+
+def _follow_neighbours(
+    activity: np.ndarray, clusters: np.ndarray, active: np.ndarray, step_frames: float
+) -> np.ndarray:
+    """Speakers of the local speakers that were not embedded: each (chunk, local speaker) active
+    but unassigned takes the speaker whose local speakers in the two neighbouring chunks are
+    active on the same frames most; one speaker per local speaker (Hungarian assignment).
+    activity: (chunks, frames, local) 0/1; clusters: (chunks, local), -2 where unassigned."""
+    from scipy.optimize import linear_sum_assignment
+
+    num_chunks, num_frames, num_local = activity.shape
+    result = clusters.copy()
+    n_speakers = int(clusters.max()) + 1
+    for chunk in range(num_chunks):
+        pending = np.flatnonzero(active[chunk] & (clusters[chunk] < 0))
+        if len(pending) == 0:
+            continue
+        agreement = np.zeros((len(pending), n_speakers))
+        for neighbour in (chunk - 1, chunk + 1):
+            if not 0 <= neighbour < num_chunks:
+                continue
+            shift = int(round((neighbour - chunk) * step_frames))  # frame f of chunk = f - shift of neighbour
+            mine = activity[chunk, max(0, shift) : num_frames + min(0, shift)][:, pending]
+            theirs = activity[neighbour, max(0, -shift) : num_frames + min(0, -shift)]
+            for local in range(num_local):
+                if clusters[neighbour, local] >= 0:
+                    agreement[:, clusters[neighbour, local]] += np.minimum(mine, theirs[:, local : local + 1]).sum(
+                        axis=0
+                    )
+        rows, columns = linear_sum_assignment(agreement, maximize=True)
+        for row, column in zip(rows, columns, strict=True):
+            if agreement[row, column] > 0:
+                result[chunk, pending[row]] = column
+    return result
 
 
 def _middle(mask: np.ndarray, max_frames: int) -> np.ndarray:
