@@ -139,10 +139,14 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(measure(args.one, args.threads, args.floor)))
         return
-    print("| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering | speakers (reference) |")
+    print(
+        "| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
+        "| speakers (reference) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for seconds in [int(spec) for spec in args.clips.split(",")]:
-        command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds), "--threads", str(args.threads)]
+        command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
+        command += ["--threads", str(args.threads)]
         output = subprocess.run(
             command + (["--floor"] if args.floor else []),
             cwd=REPO,
