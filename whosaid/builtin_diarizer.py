@@ -152,15 +152,13 @@ class BuiltinDiarizer(Diarizer):
         max_frames = max(1, int(round(self.options.max_embedded_speech_s / frame_s)))
         chunk_samples = int(round(self.chunk_s * audio.sample_rate_hz))
         step_samples = int(round(segmentations.sliding_window.step * audio.sample_rate_hz))
-        padded = np.zeros(max(audio.samples.size, (num_chunks - 1) * step_samples + chunk_samples), np.float32)
-        padded[: audio.samples.size] = audio.samples
         embeddings = np.full((num_chunks, num_local, self.embedding.dimension), np.nan, dtype=np.float32)
         batch = self.options.embedding_batch_size
         with torch.inference_mode():
             for first in range(0, len(wanted), batch):
                 pairs = wanted[first : first + batch]
-                waveforms = np.stack([padded[c * step_samples : c * step_samples + chunk_samples] for c, _ in pairs])[
-                    :, None, :
+                waveforms = np.stack([_chunk(audio.samples, c * step_samples, chunk_samples) for c, _ in pairs])[
+                    :, None
                 ]
                 masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
                 vectors = self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
@@ -251,6 +249,12 @@ def _follow_neighbours(
             if agreement[row, column] > 0:
                 result[chunk, pending[row]] = column
     return result
+
+
+def _chunk(samples: np.ndarray, start: int, length: int) -> np.ndarray:
+    """samples[start : start + length], zero-padded past the end (as pyannote pads its last chunk)."""
+    piece = samples[start : start + length]
+    return piece if piece.size == length else np.pad(piece, (0, length - piece.size))
 
 
 def _middle(mask: np.ndarray, max_frames: int) -> np.ndarray:
