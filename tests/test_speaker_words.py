@@ -1,7 +1,11 @@
-"""Speakers by word on a conversation with fast turn-taking: whisper-base transcribes an espeak-ng
-meeting, the exact reference turns stand in for the diarizer's output, and the
+"""Speakers by word on conversations with fast turn-taking: whisper-base transcribes espeak-ng
+conversations, the exact reference turns stand in for the diarizer's output, and the
 concatenated-minimum-permutation word error rate (cpWER) must stay within 0.01 of the plain WER:
-speaker attribution loses (almost) no words."""
+speaker attribution loses (almost) no words. One conversation is a meeting with one-word replies
+and 0.15-0.6 s gaps; the other a fast exchange of one- and two-word replies 50-200 ms from the
+other speakers' words, many of them inside another speaker's sentence.
+
+`pytest tests/test_speaker_words.py -s` prints WER and cpWER of both."""
 
 from __future__ import annotations
 
@@ -12,11 +16,11 @@ import jiwer
 import pytest
 
 from benchmarks.wer import normalise_text
-from tests.support.conversation import Conversation, build_conversation
+from tests.support.conversation import FAST_EXCHANGE_SCRIPT, FAST_VOICES, Conversation, build_conversation
 from whosaid.audio import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
-from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn
+from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn, Transcript
 
 MAX_CPWER_OVER_WER = 0.01
 
@@ -78,27 +82,66 @@ def conversation() -> Conversation:
 
 
 @pytest.fixture(scope="module")
-def diarized(converted_model, make_engine, conversation):
+def fast_exchange() -> Conversation:
+    return build_conversation(FAST_EXCHANGE_SCRIPT, FAST_VOICES)
+
+
+@pytest.fixture(scope="module")
+def with_reference_turns(converted_model, make_engine):
+    """Transcribes a conversation with whisper-base and its exact turns as the diarizer's answer."""
     recognizer = make_engine(converted_model("whisper-base")).recognizer
-    turns = ReferenceTurns([SpeakerTurn(line.start_s, line.end_s, line.speaker) for line in conversation.lines])
-    engine = Engine(recognizer, turns)
-    config, _ = InferenceConfig.from_parameters({"language": "en"})
-    transcript = engine.transcribe(audio_from_array(conversation.samples, 16_000), config)
-    assert turns.calls == 1
-    return transcript
+
+    def transcribe(conversation: Conversation) -> Transcript:
+        turns = ReferenceTurns([SpeakerTurn(line.start_s, line.end_s, line.speaker) for line in conversation.lines])
+        config, _ = InferenceConfig.from_parameters({"language": "en"})
+        transcript = Engine(recognizer, turns).transcribe(audio_from_array(conversation.samples, 16_000), config)
+        assert turns.calls == 1
+        return transcript
+
+    return transcribe
+
+
+@pytest.fixture(scope="module")
+def diarized(with_reference_turns, conversation):
+    return with_reference_turns(conversation)
+
+
+def word_error_rates(conversation: Conversation, transcript: Transcript) -> tuple[float, float]:
+    """(WER, cpWER) of the transcript against the conversation's script."""
+    reference: dict[str, list[str]] = {}
+    for line in conversation.lines:
+        reference.setdefault(line.speaker, []).append(line.text)
+    wer = jiwer.wer(normalise_text(conversation.text()), normalise_text(transcript.text))
+    speaker_wer = cpwer(
+        {speaker: " ".join(lines) for speaker, lines in reference.items()}, by_speaker(transcript.speakers)
+    )
+    lines = len(conversation.lines)
+    print(f"\n{lines} lines: WER {wer:.4f}, cpWER {speaker_wer:.4f}, cpWER - WER {speaker_wer - wer:.4f}")
+    return wer, speaker_wer
 
 
 @pytest.mark.slow
 def test_speakers_by_word_lose_no_more_than_a_hundredth(conversation, diarized) -> None:
-    reference: dict[str, list[str]] = {}
-    for line in conversation.lines:
-        reference.setdefault(line.speaker, []).append(line.text)
-    wer = jiwer.wer(normalise_text(conversation.text()), normalise_text(diarized.text))
-    speaker_wer = cpwer(
-        {speaker: " ".join(lines) for speaker, lines in reference.items()}, by_speaker(diarized.speakers)
-    )
+    wer, speaker_wer = word_error_rates(conversation, diarized)
     assert wer < 0.25, diarized.text  # the transcript itself is usable
     assert speaker_wer - wer <= MAX_CPWER_OVER_WER, (speaker_wer, wer)
+
+
+@pytest.mark.slow
+def test_short_replies_in_a_fast_exchange_keep_their_speaker(fast_exchange, with_reference_turns) -> None:
+    transcript = with_reference_turns(fast_exchange)
+    wer, speaker_wer = word_error_rates(fast_exchange, transcript)
+    assert wer < 0.25, transcript.text
+    assert speaker_wer - wer <= MAX_CPWER_OVER_WER, [(s.speaker, s.text) for s in transcript.speakers]
+    # Every reply still has a segment of its own speaker: none was folded into its neighbour.
+    replies = [line for line in fast_exchange.lines if len(line.text.split()) <= 2]
+    assert len(replies) >= 8
+    for line in replies:
+        middle_s = (line.start_s + line.end_s) / 2
+        assert any(
+            segment.speaker == line.speaker and segment.start_s - 0.3 <= middle_s <= segment.end_s + 0.3
+            for segment in transcript.speakers
+        ), line
 
 
 @pytest.mark.slow
