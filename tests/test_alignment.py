@@ -177,6 +177,33 @@ def test_a_short_turn_inside_a_sentence_keeps_its_word() -> None:
     ]
 
 
+def test_a_short_reply_inside_another_speakers_sentence_keeps_its_word() -> None:
+    # "We'll write some help": Whisper wrote B's quick "right" into A's sentence. B's turn and
+    # its gaps last under 0.5 s, so no part of it is farther than TURN_EDGE_S from A's turns,
+    # but "write" fills most of it: a reply, not jitter. "some" lies mostly outside it: A's.
+    words = [word(7.16, 7.52, " We'll"), word(7.52, 7.8, " write"), word(7.8, 8.16, " some"), word(8.16, 8.5, " help.")]
+    turns = [turn(6.39, 7.55, "A"), turn(7.6, 7.97, "B"), turn(8.03, 9.35, "A")]
+    assert [speaker_of(w, turns) for w in words] == ["A", "B", "B", "A"]
+    assert summary(assign_speakers([timed_chunk(*words)], turns)) == [
+        ("A", 7.16, 7.52, "We'll"),
+        ("B", 7.52, 7.8, "write"),
+        ("A", 7.8, 8.5, "some help."),
+    ]
+
+
+def test_a_late_boundary_before_a_short_reply_does_not_cut_a_sentence() -> None:
+    # B's short reply "Good." comes right after A's sentence and B's turn starts 0.22 s early:
+    # "four." overlaps B more, but fills only a third of B's turn: jitter, not a reply.
+    sentence = timed_chunk(word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four."))
+    answer = timed_chunk(word(1.6, 2.0, " Good."))
+    turns = [turn(0.0, 1.38, "A"), turn(1.38, 2.0, "B")]
+    assert speaker_of(sentence.words[-1], turns) == "B"
+    assert summary(assign_speakers([sentence, answer], turns)) == [
+        ("A", 0.4, 1.6, "tested all four."),
+        ("B", 1.6, 2.0, "Good."),
+    ]
+
+
 def test_chunks_with_and_without_words_mix() -> None:
     chunks = [chunk(0, 2, " Untimed."), timed_chunk(word(2.0, 2.5, " A"), word(3.0, 3.5, " b."))]
     segments = assign_speakers(chunks, [turn(0, 2.7, "A"), turn(2.7, 4, "B")])

@@ -4,7 +4,10 @@ With word timestamps (computed whenever a diarizer runs), each word goes to the 
 talks most during it (largest overlap with the diarizer's turns), so a speaker change inside a
 Whisper segment ("Right." / "Okay, got it.") splits the segment there. Diarizer boundaries are
 approximate, so a sentence is not split without reason: a run of words that overlaps its
-speaker only within TURN_EDGE_S of another speaker's turn stays with the rest of its sentence.
+speaker only within TURN_EDGE_S of another speaker's turn stays with the rest of its sentence,
+unless its words fill most of a turn of their speaker: a short reply ("right" while someone else
+talks, 50-200 ms from their words), which keeps the words inside that turn.
+The engine passes the diarizer's exclusive view (one speaker at a time); overlapping turns work too.
 Chunks without words go whole to the speaker who talks most during them. Anything that overlaps
 no turn goes to the nearest turn in time. Consecutive pieces of one speaker form a segment. Every
 chunk (every word) lands in exactly one segment, in order, so no text is lost: not after the last
@@ -13,7 +16,7 @@ turn, not when the diarizer found nobody.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Word
 
@@ -22,6 +25,9 @@ UNKNOWN_SPEAKER = "UNKNOWN"
 #: How far a diarizer's turn boundary may be off: the collar diarization error rates forgive
 #: (0.25 s on each side of a reference boundary, as in pyannote.metrics' collar=0.5).
 TURN_EDGE_S = 0.25
+#: Share of a turn that a run of words must fill to keep that turn's speaker inside a sentence,
+#: however short the turn (see _reply_core).
+REPLY_COVER = 0.5
 #: A word ending with one of these ends a sentence.
 SENTENCE_END_MARKS = ".!?。！？…"
 
@@ -102,17 +108,31 @@ def _smooth_sentence(
     words: Sequence[Word], speakers: list[str], start: int, end: int, turns: Sequence[SpeakerTurn]
 ) -> None:
     """Inside words[start:end], a run of words goes to its neighbour's speaker when none of its
-    words has evidence for its own speaker (see _is_evident); a run with evidence keeps its
-    speaker, splitting the sentence."""
-    runs: list[list[int]] = []
-    for index in range(start, end):
-        if runs and speakers[runs[-1][0]] == speakers[index]:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
+    words has evidence for its own speaker (see _is_evident) and it is no short reply (see
+    _reply_core); a run with evidence keeps its speaker, splitting the sentence."""
+    runs = _runs(speakers, start, end)
     if len(runs) < 2:
         return
-    evident = [any(_is_evident(words[index], speakers[index], turns) for index in run) for run in runs]
+    # A short reply keeps only the words inside its turn: the words at its edges that lie
+    # outside go to the neighbouring run on their side (word times are off by a word or so).
+    before = list(speakers)
+    for position, run in enumerate(runs):
+        if any(_is_evident(words[index], speakers[index], turns) for index in run):
+            continue
+        core = _reply_core([words[index] for index in run], before[run[0]], turns)
+        if core is None:
+            continue
+        for offset, index in enumerate(run):
+            if offset < core.start and position > 0:
+                speakers[index] = before[runs[position - 1][-1]]
+            elif offset >= core.stop and position < len(runs) - 1:
+                speakers[index] = before[runs[position + 1][0]]
+    runs = _runs(speakers, start, end)
+    evident = [
+        any(_is_evident(words[index], speakers[index], turns) for index in run)
+        or _reply_core([words[index] for index in run], speakers[run[0]], turns) is not None
+        for run in runs
+    ]
     if not any(evident):
         return  # nothing to lean on: keep the overlaps' verdict
     chosen = [other for other in range(len(runs)) if evident[other]]
@@ -123,6 +143,39 @@ def _smooth_sentence(
         nearest = min(chosen, key=lambda other: (abs(other - position), other > position))
         for index in run:
             speakers[index] = speakers[runs[nearest][0]]
+
+
+def _runs(speakers: Sequence[str], start: int, end: int) -> list[list[int]]:
+    """Indices start..end-1 grouped into runs of one speaker."""
+    runs: list[list[int]] = []
+    for index in range(start, end):
+        if runs and speakers[runs[-1][0]] == speakers[index]:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
+
+
+def _reply_core(run: Sequence[Word], speaker: str, turns: Sequence[SpeakerTurn]) -> Optional[slice]:
+    """The words of `run` that make it a short reply: those whose middle lies inside one turn of
+    `speaker` and that fill at least REPLY_COVER of that turn ("right" while someone else talks);
+    None when no turn is filled so. A boundary that is off moves where a neighbour's turn ends;
+    it does not make a turn that these words fill, so this holds however close the turn lies to
+    other speakers' turns, where _is_evident finds nothing."""
+    for turn in turns:
+        if turn.speaker != speaker:
+            continue
+        inside = [
+            offset for offset, word in enumerate(run) if turn.start_s <= (word.start_s + word.end_s) / 2 <= turn.end_s
+        ]
+        if not inside:
+            continue
+        covered_s = sum(
+            max(0.0, min(run[offset].end_s, turn.end_s) - max(run[offset].start_s, turn.start_s)) for offset in inside
+        )
+        if covered_s > 0 and covered_s >= REPLY_COVER * (turn.end_s - turn.start_s):
+            return slice(inside[0], inside[-1] + 1)
+    return None
 
 
 def _is_evident(word: Word, speaker: str, turns: Sequence[SpeakerTurn]) -> bool:
