@@ -18,6 +18,10 @@ import av
 import numpy as np
 
 RATE_HZ = 16_000
+# The two FLACs the default limit (4 hours) must refuse at once: just over four hours of silence
+# (0.7 MB), and the most silence that fits in a 25 MiB upload (133 hours, 24.8 MiB).
+FOUR_HOURS_PLUS_S = 4.25 * 3600
+UPLOAD_LIMIT_FLAC_S = 133 * 3600
 FLAC_BLOCK = 4096  # samples per FLAC frame: block size code 0b1100
 NOISE_PEAK = 0.003  # about -50 dBFS: low-level noise, louder than the engine's silence threshold
 
