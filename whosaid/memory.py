@@ -24,9 +24,12 @@ logger = logging.getLogger(__name__)
 RELEASE_AFTER_AUDIO_S = 60.0
 
 
-def release_memory() -> None:
-    """Collect garbage, return free heap pages to the OS (glibc) and free the CUDA cache."""
-    gc.collect()
+def release_memory(*, collect_cycles: bool = True) -> None:
+    """Collect garbage, return free heap pages to the OS (glibc) and free the CUDA cache.
+    `collect_cycles=False` skips the collection: a full one walks every object of the process
+    (the loaded models' included) and costs far more than the rest."""
+    if collect_cycles:
+        gc.collect()
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
@@ -40,7 +43,9 @@ def release_memory() -> None:
 def memory_released_on_failure() -> Iterator[None]:
     """Around one request: when it raises, the finished frames' locals (its samples, tensors)
     are dropped and the memory handed back before the error goes on to the edge. Locals of
-    frames still running, the caller's, are the caller's to drop."""
+    frames still running, the caller's, are the caller's to drop. No garbage collection: with
+    the frames cleared, reference counting frees what the request held, and a full collection
+    after every refused request would let a stream of bad requests keep the CPU busy."""
     try:
         yield
     except BaseException as error:
@@ -50,7 +55,7 @@ def memory_released_on_failure() -> Iterator[None]:
             seen.add(id(chained))
             traceback.clear_frames(chained.__traceback__)
             chained = chained.__cause__ or chained.__context__
-        release_memory()
+        release_memory(collect_cycles=False)
         raise
 
 
