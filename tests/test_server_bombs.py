@@ -32,6 +32,7 @@ MAX_GROWTH_MB = 100.0
 # Measured well under 0.3 s for every case (benchmarks/README.md); the machine is shared.
 MAX_ANSWER_S = 1.0
 ROUTES = ("raw", "transcriptions", "json")
+BOMBS_BY_NAME = {bomb.name: bomb for bomb in BOMBS}
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -117,6 +118,14 @@ def test_the_default_limit_refuses_the_four_hour_and_the_25_mib_flac(servers, sp
     assert duration_s < 5 * 3600 or 24 * 2**20 < len(data) < 25 * 2**20
     refuse(servers["default"], "raw", data, "audio/flac", 4 * 3600)
     assert post(servers["default"][0], "raw", speech, "audio/flac").status_code == 200
+
+
+def test_a_stream_is_refused_with_an_ordinary_413_before_its_first_event(servers) -> None:
+    url, _ = servers["limited"]
+    files = {"file": ("bomb.webm", BOMBS_BY_NAME["webm-opus-live-silence"].build(BOMB_S), "audio/webm")}
+    response = requests.post(f"{url}/v1/audio/transcriptions", files=files, data={"stream": "true"}, timeout=120)
+    assert response.status_code == 413 and response.headers["content-type"] == "application/json"
+    assert ErrorResponse.model_validate(response.json()).error.code == "audio_too_long"
 
 
 def test_logs_hold_no_traceback(servers, tmp_path_factory) -> None:
