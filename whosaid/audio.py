@@ -240,8 +240,9 @@ class SampleBuffer:
 
 
 def _initial_capacity(declared_s: Optional[float], max_duration_s: Optional[float]) -> int:
-    """Room for the declared duration when it is within the limit (one allocation for honest
-    files), else for a minute: a header is a hint here, never a reason to allocate."""
+    """Room for the declared duration when it is within the limit (an honest file fills it in
+    one allocation; the pages a lying header reserves are never written, so never resident),
+    else for a minute."""
     expected_s = declared_s if declared_s is not None else _FIRST_CAPACITY_S
     if max_duration_s is not None:
         expected_s = min(expected_s, max_duration_s)
