@@ -78,6 +78,14 @@ def test_a_header_that_declares_just_over_the_limit_is_decoded_before_it_is_judg
     assert load_audio(just_over, max_duration_s=LIMIT_S + 1).duration_s == pytest.approx(30.208, abs=0.01)
 
 
+def test_audio_exactly_as_long_as_the_limit_is_accepted(sample_wav) -> None:
+    # Counted in samples: 30 s decoded in frames must not add up to a hair over 30 s.
+    assert load_audio(wav_bomb(LIMIT_S, declared_s=LIMIT_S), max_duration_s=LIMIT_S).duration_s == LIMIT_S
+    assert load_audio(sample_wav.read_bytes(), max_duration_s=30.0).duration_s == 30.0
+    with pytest.raises(AudioTooLongError, match="decoding stopped there"):
+        load_audio(wav_bomb(LIMIT_S + 0.01, declared_s=LIMIT_S + 0.01), max_duration_s=LIMIT_S)
+
+
 def test_float_arrays_over_the_limit_are_refused_before_resampling() -> None:
     samples = np.zeros(int(8_000 * (LIMIT_S + 1)), np.float32)
     with pytest.raises(AudioTooLongError, match=re.escape(f"the audio lasts {LIMIT_S + 1:.1f} s, {ADVICE}")):

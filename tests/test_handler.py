@@ -203,9 +203,10 @@ BOMB_LIMIT_S = 30.0
 
 @pytest.fixture(scope="module")
 def limited_handler(tiny):
+    # The limit is read when the handler is built; the variable must not outlive that.
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("MAX_AUDIO_DURATION_S", str(BOMB_LIMIT_S))
-        yield make_handler(monkeypatch, tiny)
+        return make_handler(monkeypatch, tiny)
 
 
 @pytest.mark.parametrize("bomb", BOMBS, ids=[bomb.name for bomb in BOMBS])

@@ -188,12 +188,11 @@ def _decode_into(buffer: "SampleBuffer", container: Any, stream: Any, max_durati
     import av
 
     resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
-    decoded_s = 0.0
+    decoded = _DecodedLength()
     try:
         for frame in container.decode(stream):
-            if frame.sample_rate:
-                decoded_s += frame.samples / frame.sample_rate
-            if max_duration_s is not None and decoded_s > max_duration_s:
+            decoded.add(frame.samples, frame.sample_rate)
+            if max_duration_s is not None and decoded.seconds > max_duration_s:
                 raise AudioTooLongError(
                     f"the audio lasts more than {max_duration_s:g} s (decoding stopped there), "
                     f"longer than {_LIMIT_ADVICE.format(limit=max_duration_s)}"
@@ -206,10 +205,32 @@ def _decode_into(buffer: "SampleBuffer", container: Any, stream: Any, max_durati
         raise  # a ValueError too, but not a corrupt file
     except (av.error.FFmpegError, ValueError) as error:
         raise InvalidAudioError(
-            f"the audio is corrupt or truncated: decoding stopped after {decoded_s:.2f} s "
+            f"the audio is corrupt or truncated: decoding stopped after {decoded.seconds:.2f} s "
             f"({_reason(error)})"
         ) from error
-    return decoded_s
+    return decoded.seconds
+
+
+class _DecodedLength:
+    """Seconds decoded, counted in whole samples at the stream's rate: a sum of per-frame
+    fractions drifts, and 30 s of frames must compare equal to a 30 s limit."""
+
+    def __init__(self) -> None:
+        self._earlier_s = 0.0  # at rates the stream had before (a rate change mid-stream)
+        self._samples = 0
+        self._rate_hz = 0
+
+    def add(self, samples: int, rate_hz: int) -> None:
+        if not rate_hz:
+            return
+        if rate_hz != self._rate_hz:
+            self._earlier_s = self.seconds
+            self._samples, self._rate_hz = 0, rate_hz
+        self._samples += samples
+
+    @property
+    def seconds(self) -> float:
+        return self._earlier_s + (self._samples / self._rate_hz if self._rate_hz else 0.0)
 
 
 class SampleBuffer:
