@@ -29,7 +29,7 @@ from whosaid.server.errors import ErrorResponse
 LIMIT_S = 30.0
 BOMB_S = 600.0  # ten minutes: twenty times the limit
 MAX_GROWTH_MB = 100.0
-# Measured well under 0.3 s for every case (benchmarks/README.md); the machine is shared.
+# A wide margin over the measured times (benchmarks/README.md): the test machine is shared.
 MAX_ANSWER_S = 1.0
 ROUTES = ("raw", "transcriptions", "json")
 BOMBS_BY_NAME = {bomb.name: bomb for bomb in BOMBS}
