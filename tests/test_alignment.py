@@ -246,3 +246,38 @@ def test_every_word_lands_once_in_order(chunks, turns) -> None:
     for previous, current in itertools.pairwise(segments):
         assert previous.speaker != current.speaker
         assert previous.start_s <= current.start_s
+
+
+def brute_force_speaker(span: Word, turns: list[SpeakerTurn]) -> str:
+    """The rule written plainly over every turn: most overlap (a tie to the speaker whose first
+    turn comes first), else the nearest turn."""
+    ordered = sorted(turns, key=lambda t: (t.start_s, t.end_s))
+    overlap: dict[str, float] = {}
+    for t in ordered:
+        amount = min(span.end_s, t.end_s) - max(span.start_s, t.start_s)
+        if amount > 0:
+            overlap[t.speaker] = overlap.get(t.speaker, 0.0) + amount
+    if overlap:
+        best = max(overlap.values())
+        return next(t.speaker for t in ordered if overlap.get(t.speaker) == best)
+    middle = (span.start_s + span.end_s) / 2
+
+    def distance(t: SpeakerTurn) -> float:
+        return 0.0 if t.start_s <= middle <= t.end_s else min(abs(middle - t.start_s), abs(middle - t.end_s))
+
+    return min(ordered, key=distance).speaker
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 600), st.floats(0.01, 90), st.sampled_from("ABC")), min_size=1, max_size=30
+    ),
+    st.floats(0, 700),
+    st.floats(0.01, 2),
+)
+def test_speaker_of_looks_only_near_the_span_yet_follows_the_rule_over_every_turn(items, start, length) -> None:
+    # Turns are indexed by time (long recordings have thousands): the answer must not change.
+    turns = [turn(s, s + d, name) for s, d, name in items]
+    span = word(start, start + length, " w")
+    assert speaker_of(span, turns) == brute_force_speaker(span, turns)

@@ -16,6 +16,7 @@ turn, not when the diarizer found nobody.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import Optional, Sequence
 
 from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Word
@@ -32,19 +33,44 @@ REPLY_COVER = 0.5
 SENTENCE_END_MARKS = ".!?。！？…"
 
 
+class _TurnIndex:
+    """Turns sorted by (start, end), to find those near a time span without scanning them all:
+    a meeting of hours has thousands of turns and tens of thousands of words."""
+
+    def __init__(self, turns: Sequence[SpeakerTurn]) -> None:
+        self.turns = sorted(turns, key=lambda turn: (turn.start_s, turn.end_s))
+        self._starts = [turn.start_s for turn in self.turns]
+        self._longest_s = max((turn.end_s - turn.start_s for turn in self.turns), default=0.0)
+        self._first_turn: dict[str, int] = {}
+        for position, turn in enumerate(self.turns):
+            self._first_turn.setdefault(turn.speaker, position)
+
+    def near(self, start_s: float, end_s: float, margin_s: float = 0.0) -> list[SpeakerTurn]:
+        """The turns, in order, that overlap or touch [start_s - margin_s, end_s + margin_s]."""
+        low = bisect_left(self._starts, start_s - margin_s - self._longest_s)
+        high = bisect_right(self._starts, end_s + margin_s)
+        return [turn for turn in self.turns[low:high] if turn.end_s >= start_s - margin_s]
+
+    def speaker_of(self, span: Chunk | Word) -> str:
+        if not self.turns:
+            return UNKNOWN_SPEAKER
+        overlap_s = _overlaps(span.start_s, span.end_s, self.near(span.start_s, span.end_s))
+        if overlap_s:
+            best = max(overlap_s.values())
+            # A tie goes to the speaker whose first turn comes first.
+            tied = [speaker for speaker, overlap in overlap_s.items() if overlap == best]
+            return min(tied, key=self._first_turn.__getitem__)
+        # The nearest turn lies within margin_s of the middle once any turn does.
+        middle_s, margin_s = (span.start_s + span.end_s) / 2, 1.0
+        while not (close := self.near(middle_s, middle_s, margin_s)):
+            margin_s *= 2
+        return min(close, key=lambda turn: _distance_s(middle_s, turn)).speaker
+
+
 def speaker_of(span: Chunk | Word, turns: Sequence[SpeakerTurn]) -> str:
-    """The speaker who overlaps the span the most; ties go to the earlier turn's speaker."""
-    if not turns:
-        return UNKNOWN_SPEAKER
-    overlap_s = _overlaps(span.start_s, span.end_s, turns)
-    if overlap_s:
-        best = max(overlap_s.values())
-        for turn in turns:  # first speaker (in turn order) with the best overlap
-            if overlap_s.get(turn.speaker) == best:
-                return turn.speaker
-    middle_s = (span.start_s + span.end_s) / 2
-    nearest = min(turns, key=lambda turn: _distance_s(middle_s, turn))
-    return nearest.speaker
+    """The speaker who overlaps the span the most; ties go to the speaker whose first turn comes
+    first. A span that overlaps no turn goes to the nearest one."""
+    return _TurnIndex(turns).speaker_of(span)
 
 
 def _overlaps(start_s: float, end_s: float, turns: Sequence[SpeakerTurn]) -> dict[str, float]:
@@ -66,8 +92,8 @@ def assign_speakers(
     chunks: Sequence[Chunk], turns: Sequence[SpeakerTurn]
 ) -> tuple[SpeakerSegment, ...]:
     """Group the transcript into speaker segments (see the module's docstring)."""
-    ordered_turns = sorted(turns, key=lambda turn: (turn.start_s, turn.end_s))
-    word_speakers = _word_speakers([word for chunk in chunks for word in chunk.words], ordered_turns)
+    index = _TurnIndex(turns)
+    word_speakers = _word_speakers([word for chunk in chunks for word in chunk.words], index)
     pieces: list[tuple[str, Chunk]] = []
     first_word = 0
     for chunk in chunks:
@@ -76,7 +102,7 @@ def assign_speakers(
             first_word += len(chunk.words)
             pieces += _split_chunk(chunk, speakers)
         else:
-            pieces.append((speaker_of(chunk, ordered_turns), chunk))
+            pieces.append((index.speaker_of(chunk), chunk))
     segments: list[SpeakerSegment] = []
     group: list[Chunk] = []
     group_speaker = ""
@@ -91,15 +117,18 @@ def assign_speakers(
     return tuple(segments)
 
 
-def _word_speakers(words: Sequence[Word], turns: Sequence[SpeakerTurn]) -> list[str]:
+def _word_speakers(words: Sequence[Word], turns: _TurnIndex) -> list[str]:
     """Each word's speaker: most overlap, then sentence-aware smoothing of weak changes."""
-    speakers = [speaker_of(word, turns) for word in words]
-    if not turns:
+    speakers = [turns.speaker_of(word) for word in words]
+    if not turns.turns:
         return speakers
     sentence_start = 0
     for index, word in enumerate(words):
         if index == len(words) - 1 or word.text.rstrip().endswith(tuple(SENTENCE_END_MARKS)):
-            _smooth_sentence(words, speakers, sentence_start, index + 1, turns)
+            # Smoothing weighs only turns that overlap a word, or come within TURN_EDGE_S of one.
+            sentence = words[sentence_start : index + 1]
+            nearby = turns.near(min(w.start_s for w in sentence), max(w.end_s for w in sentence), TURN_EDGE_S)
+            _smooth_sentence(words, speakers, sentence_start, index + 1, nearby)
             sentence_start = index + 1
     return speakers
 
