@@ -136,6 +136,17 @@ def test_a_looping_window_leaves_room_for_scoring_and_alignment(looping_engine, 
     assert greedy.tokens[1:] == (tokens["la"],) * (room - 1)
 
 
+def test_a_prompt_keeps_half_of_a_short_max_length(tiny_whisper, make_engine) -> None:
+    """A checkpoint whose max_length is below its positions (24 here; 225 in many fine-tunes of
+    448-position models) keeps half of max_length for the prompt, so the window keeps room."""
+    recognizer = make_engine(tiny_whisper("short-max-length", seed=3)).recognizer
+    options = recognizer.decoding_options(config(language="en", **PROMPTS["longest_prompt"]))
+    previous = recognizer.previous_tokens(options, first_window=True)
+    prompt = recognizer.decoder.prompt("en", "transcribe", previous)
+    assert prompt[1:-3] == previous[-(24 // 2 - 1) :]
+    assert recognizer.decoder.max_new_tokens(prompt) >= 24 - len(prompt) > 1
+
+
 # ------------------------------------------------------------------------- every path, end to end
 
 

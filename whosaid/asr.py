@@ -201,7 +201,7 @@ class SpeechRecognizer:
     def previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
         """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
         window, then the initial prompt on the first (GreedyWhisperDecoder.prompt keeps the last
-        223 tokens)."""
+        223 tokens, half of Whisper's context)."""
         texts = [options.hotwords] + ([options.initial_prompt] if first_window else [])
         tokenizer = self.processor.tokenizer
         return [token for text in texts if text for token in tokenizer.encode(" " + text, add_special_tokens=False)]

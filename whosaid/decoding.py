@@ -157,9 +157,11 @@ class GreedyWhisperDecoder:
         # <|nospeech|> sits just before <|notimestamps|> in every Whisper vocabulary.
         self.no_speech_token_id = int(generation_config.no_timestamps_token_id) - 1
         self.max_target_positions = int(model.config.max_target_positions)
-        # openai/whisper keeps at most half the context for the previous text (223 of 448), which
-        # leaves the window's own text the other half.
-        self.max_previous_tokens = self.max_target_positions // 2 - 1
+        # openai/whisper keeps at most half the context for the previous text (223 of 448), and
+        # faster-whisper half of max_length: the window's own text keeps the other half, also
+        # where a checkpoint's max_length is below its positions (225 in many fine-tunes).
+        context = min(int(generation_config.max_length or self.max_target_positions), self.max_target_positions)
+        self.max_previous_tokens = context // 2 - 1
         self.start_token_id = int(generation_config.decoder_start_token_id)
         self.step = WhisperDecoderStep(model)
         prev_sot = getattr(generation_config, "prev_sot_token_id", None)
@@ -198,7 +200,7 @@ class GreedyWhisperDecoder:
         """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
         tokens `generate` starts from when timestamps are on. With `previous` text tokens (a
         prompt, hotwords), Whisper's convention for the previous window's text goes first:
-        <|startofprev|> and at most the last `max_previous_tokens` (223) of them."""
+        <|startofprev|> and at most the last `max_previous_tokens` (223 for 448 positions)."""
         config = self.generation_config
         prompt = []
         if previous:
