@@ -10,7 +10,7 @@ layer norm turns it into that token's direction whatever the audio and the token
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Mapping, Optional, Union
 
 from tests.support.tiny_whisper import build_random_whisper
 
@@ -28,7 +28,7 @@ def build_looping_whisper(
     *,
     loop_token: int,
     loop_from_position: int,
-    script: Mapping[int, int] = {},  # noqa: B006 - read only
+    script: Optional[Mapping[int, int]] = None,
     max_target_positions: int = 448,
     seed: int = 0,
 ) -> Path:
@@ -44,7 +44,8 @@ def build_looping_whisper(
     )
     model = WhisperForConditionalGeneration.from_pretrained(path)
     decoder = model.model.decoder
-    targets = {**{p: loop_token for p in range(loop_from_position, model.config.max_target_positions)}, **script}
+    targets = {p: loop_token for p in range(loop_from_position, max_target_positions)}
+    targets.update(script or {})
     with torch.no_grad():
         for layer in decoder.layers:
             for linear in (layer.self_attn.out_proj, layer.encoder_attn.out_proj, layer.fc2):
