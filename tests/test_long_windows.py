@@ -73,12 +73,26 @@ def models(converted_model, tokens, tmp_path_factory: pytest.TempPathFactory) ->
         script=script,
         max_target_positions=POSITIONS,
     )
+    # "<|0.00|> Hello world <|1.00|>", then a segment that never ends: "<|1.00|> la la la ...".
+    segment_then_loop = build_looping_whisper(
+        root / "segment-then-loop",
+        base,
+        loop_token=tokens["la"],
+        loop_from_position=7,
+        script={**{p: script[p] for p in (2, 3, 4, 5)}, 6: tokens["1.00"]},
+        max_target_positions=POSITIONS,
+    )
     # A distil-whisper style assistant: the main model's encoder, one decoder layer of its own.
     assistant = build_random_whisper(
         root / "assistant", base, seed=1, decoder_layers=1, max_length=POSITIONS,
         max_target_positions=POSITIONS, encoder_of=looping,
     )
-    return {"looping": looping, "loops_after_prompt": loops_after_prompt, "assistant": assistant}
+    return {
+        "looping": looping,
+        "loops_after_prompt": loops_after_prompt,
+        "segment_then_loop": segment_then_loop,
+        "assistant": assistant,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +216,16 @@ def test_the_other_windows_keep_their_text(make_engine, models, sample_audio) ->
         assert transcript.warnings == (left_out(spans[0]),)
         unprompted = engine.transcribe(sample_audio, config(return_timestamps=timestamps, **SMALL_WINDOWS))
         assert unprompted.text == " ".join(["Hello world"] * 4) and unprompted.warnings == ()
+
+
+def test_a_looping_window_keeps_its_whole_segments(make_engine, models, clip) -> None:
+    """The segment before the loop is kept; the warning says from when the text was left out."""
+    engine = make_engine(models["segment_then_loop"])
+    spans = windows_of(engine, clip)
+    for timestamps in ("segment", "word"):
+        transcript = engine.transcribe(clip, config(return_timestamps=timestamps, **SMALL_WINDOWS))
+        assert [chunk.text for chunk in transcript.chunks] == [" Hello world"] * 2
+        assert transcript.warnings == tuple(left_out(span, min(span[0] + 1.0, span[1])) for span in spans)
 
 
 def test_a_stream_ends_with_the_warnings_and_no_error(make_engine, models, clip) -> None:
