@@ -15,7 +15,7 @@ from whosaid.asr import SpeechRecognizer
 from whosaid.audio import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
-from whosaid.device import ModelRuntime
+from whosaid.device import ModelRuntime, is_out_of_memory
 from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
 from whosaid.results import Transcript
@@ -162,7 +162,7 @@ class Engine:
             turns=turns,
             diarized=self.diarizer is not None,
             decoding=asr.decoding,
-            warnings=tuple(warnings),
+            warnings=(*warnings, *asr.warnings),
             word_timestamps=config.return_timestamps == "word",
             multilingual=config.multilingual,
         )
@@ -181,9 +181,7 @@ class _translate_failures:
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
         if error is None or isinstance(error, WhosaidError) or not isinstance(error, Exception):
             return False
-        import torch
-
-        if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower():
+        if is_out_of_memory(error):
             raise OutOfMemoryError(
                 f"{self.stage} ran out of device memory; retry later or with a smaller batch_size"
             ) from error
