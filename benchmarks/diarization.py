@@ -1,0 +1,168 @@
+"""The built-in diarizer's time, peak memory and DER on real meeting audio, one clip per process.
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.diarization --threads 2 --clips 30,120,1200,3600
+
+Clips: `30` is pyannote's sample; longer clips are the ten AMI snippets of tests/data/ami laid end
+to end (repeated as needed and cut to length), scored against their RTTM shifted the same way
+(AMI speaker ids are global, so a person in two snippets is one speaker). DER: pyannote.metrics,
+no collar, overlapped speech scored, no speaker count given. Each clip runs in a fresh process
+after one warm-up run on the sample: the peak RSS (`ru_maxrss`) is that process's, model
+included. `--floor` adds the DER with reference (oracle) clustering of the same segmentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+AMI_DIR = REPO / "tests" / "data" / "ami"
+SAMPLE_RATE_HZ = 16_000
+
+
+def sample_wav() -> Path:
+    spec = importlib.util.find_spec("pyannote.audio")
+    assert spec is not None and spec.origin is not None, "pyannote.audio is not installed"
+    return Path(spec.origin).parent / "sample" / "sample.wav"
+
+
+def read_rttm(path: Path) -> dict[str, list[tuple[float, float, str]]]:
+    turns: dict[str, list[tuple[float, float, str]]] = {}
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        start_s = float(fields[3])
+        turns.setdefault(fields[1], []).append((start_s, start_s + float(fields[4]), fields[7]))
+    return turns
+
+
+def build_clip(seconds: int) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    """Samples and reference turns of a clip of `seconds`."""
+    from whosaid.audio import load_audio_file
+
+    if seconds <= 30:
+        reference = next(iter(read_rttm(sample_wav().with_suffix(".rttm")).values()))
+        return load_audio_file(sample_wav()).samples[: seconds * SAMPLE_RATE_HZ], reference
+    references = read_rttm(AMI_DIR / "ami-train.rttm")
+    pieces, reference, offset_s = [], [], 0.0
+    paths = sorted(AMI_DIR.glob("ami_*.wav"))
+    while offset_s < seconds:
+        for path in paths:
+            samples = load_audio_file(path).samples
+            pieces.append(samples)
+            reference += [(s + offset_s, e + offset_s, who) for s, e, who in references[path.stem.removeprefix("ami_")]]
+            offset_s += samples.size / SAMPLE_RATE_HZ
+    samples = np.concatenate(pieces)[: seconds * SAMPLE_RATE_HZ]
+    return samples, [(s, min(e, seconds), who) for s, e, who in reference if s < seconds]
+
+
+def der(reference: list[tuple[float, float, str]], turns, duration_s: float) -> float:
+    from pyannote.core import Annotation, Segment, Timeline
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    ref, hyp = Annotation(), Annotation()
+    for start_s, end_s, speaker in reference:
+        ref[Segment(start_s, end_s)] = speaker
+    for turn in turns:
+        hyp[Segment(turn.start_s, turn.end_s)] = turn.speaker
+    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
+    return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
+
+
+def measure(seconds: int, threads: int, floor: bool) -> dict:
+    import torch
+
+    from whosaid.audio import Audio
+    from whosaid.builtin_diarizer import BuiltinDiarizer
+
+    torch.set_num_threads(threads)
+    diarizer = BuiltinDiarizer.load("cpu")
+    warm, _ = build_clip(30)
+    diarizer.diarize(Audio(warm), {})
+    samples, reference = build_clip(seconds)
+    audio = Audio(samples)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    diarization = diarizer.diarize(audio, {})
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    row = {
+        "clip_s": seconds,
+        "wall_s": round(wall_s, 2),
+        "cpu_s": round(cpu_s, 2),
+        "rtf": round(wall_s / audio.duration_s, 4),
+        "s_per_min": round(60 * wall_s / audio.duration_s, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "der": round(der(reference, diarization.turns, audio.duration_s), 3),
+        "speakers": len({turn.speaker for turn in diarization.turns}),
+        "reference_speakers": len({speaker for _, _, speaker in reference}),
+    }
+    if floor:
+        row["der_oracle_clustering"] = round(oracle_der(diarizer, audio, reference), 3)
+    return row
+
+
+def oracle_der(diarizer, audio, reference) -> float:
+    """DER of the same segmentation and reconstruction with each local speaker given the
+    reference speaker it overlaps most (pyannote's OracleClustering)."""
+    import torch
+    from pyannote.audio.pipelines.clustering import OracleClustering
+    from pyannote.core import Annotation, Segment
+
+    from whosaid.speaker_clustering import SpeakerCount
+
+    segmentations = diarizer.segment(audio)
+    annotation = Annotation()
+    for start_s, end_s, speaker in reference:
+        annotation[Segment(start_s, end_s)] = speaker
+    file = {"waveform": torch.from_numpy(audio.samples)[None], "sample_rate": SAMPLE_RATE_HZ, "annotation": annotation}
+    clusters, _, _ = OracleClustering()(
+        segmentations=segmentations, file=file, frames=diarizer.segmentation_model.receptive_field
+    )
+    diarization = diarizer.reconstruct(segmentations, clusters, SpeakerCount(), audio.duration_s)
+    return der(reference, diarization.turns, audio.duration_s)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clips", default="30,120,1200,3600", help="comma-separated clip lengths in seconds")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--floor", action="store_true", help="also the DER with reference clustering")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the worker: one clip, JSON out
+    args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(measure(args.one, args.threads, args.floor)))
+        return
+    print(
+        "| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
+        "| speakers (reference) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for seconds in [int(spec) for spec in args.clips.split(",")]:
+        command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
+        command += ["--threads", str(args.threads)]
+        output = subprocess.run(
+            command + (["--floor"] if args.floor else []),
+            cwd=REPO,
+            env={**os.environ, "PYANNOTE_METRICS_ENABLED": "false"},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        row = json.loads(output.strip().splitlines()[-1])
+        print(
+            f"| {seconds} s | {row['wall_s']} | {row['cpu_s']} | {row['rtf']} | {row['s_per_min']} | "
+            f"{row['peak_rss_mb']} | {row['der']} | {row.get('der_oracle_clustering', '')} | "
+            f"{row['speakers']} ({row['reference_speakers']}) |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
