@@ -14,7 +14,7 @@ from typing import Any
 from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
-from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +40,15 @@ class EndpointHandler:
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         """Transcribe (and diarize) one request. Raises the core's typed errors: the toolkit
-        turns them into an error response carrying the message."""
+        turns them into an error response carrying the message. Audio longer than
+        MAX_AUDIO_DURATION_S raises AudioTooLongError (code audio_too_long) before any model runs,
+        as the server's 413."""
         if not isinstance(data, dict) or "inputs" not in data:
             raise InvalidInputError(
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
-        transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
+        with memory_released_on_failure():
+            transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
         if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
             release_memory()
         return transcript.to_dict()

@@ -48,8 +48,9 @@ def score(record: dict[str, Any], clip: Clip) -> dict[str, Any]:
 
 def diarization_error_rates(clip: Clip, turns: list[list[Any]]) -> dict[str, Any]:
     """DER against sample.rttm over the whole clip, without and with a +-0.25 s collar.
-    Overlapped speech is scored (skip_overlap=False): the project's turns never overlap, so
-    the second speaker of an overlap counts as missed, as a user would experience it."""
+    Overlapped speech is scored (skip_overlap=False): each turn is a track of its own, so an
+    overlap-aware diarizer's overlapping turns both count, and a diarizer with one speaker at a
+    time misses the second speaker of an overlap, as a user would experience it."""
     from pyannote.core import Annotation, Segment, Timeline
     from pyannote.metrics.diarization import DiarizationErrorRate
 

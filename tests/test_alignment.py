@@ -177,6 +177,33 @@ def test_a_short_turn_inside_a_sentence_keeps_its_word() -> None:
     ]
 
 
+def test_a_short_reply_inside_another_speakers_sentence_keeps_its_word() -> None:
+    # "We'll write some help": Whisper wrote B's quick "right" into A's sentence. B's turn and
+    # its gaps last under 0.5 s, so no part of it is farther than TURN_EDGE_S from A's turns,
+    # but "write" fills most of it: a reply, not jitter. "some" lies mostly outside it: A's.
+    words = [word(7.16, 7.52, " We'll"), word(7.52, 7.8, " write"), word(7.8, 8.16, " some"), word(8.16, 8.5, " help.")]
+    turns = [turn(6.39, 7.55, "A"), turn(7.6, 7.97, "B"), turn(8.03, 9.35, "A")]
+    assert [speaker_of(w, turns) for w in words] == ["A", "B", "B", "A"]
+    assert summary(assign_speakers([timed_chunk(*words)], turns)) == [
+        ("A", 7.16, 7.52, "We'll"),
+        ("B", 7.52, 7.8, "write"),
+        ("A", 7.8, 8.5, "some help."),
+    ]
+
+
+def test_a_late_boundary_before_a_short_reply_does_not_cut_a_sentence() -> None:
+    # B's short reply "Good." comes right after A's sentence and B's turn starts 0.22 s early:
+    # "four." overlaps B more, but fills only a third of B's turn: jitter, not a reply.
+    sentence = timed_chunk(word(0.4, 0.8, " tested"), word(0.8, 1.2, " all"), word(1.2, 1.6, " four."))
+    answer = timed_chunk(word(1.6, 2.0, " Good."))
+    turns = [turn(0.0, 1.38, "A"), turn(1.38, 2.0, "B")]
+    assert speaker_of(sentence.words[-1], turns) == "B"
+    assert summary(assign_speakers([sentence, answer], turns)) == [
+        ("A", 0.4, 1.6, "tested all four."),
+        ("B", 1.6, 2.0, "Good."),
+    ]
+
+
 def test_chunks_with_and_without_words_mix() -> None:
     chunks = [chunk(0, 2, " Untimed."), timed_chunk(word(2.0, 2.5, " A"), word(3.0, 3.5, " b."))]
     segments = assign_speakers(chunks, [turn(0, 2.7, "A"), turn(2.7, 4, "B")])
@@ -219,3 +246,38 @@ def test_every_word_lands_once_in_order(chunks, turns) -> None:
     for previous, current in itertools.pairwise(segments):
         assert previous.speaker != current.speaker
         assert previous.start_s <= current.start_s
+
+
+def brute_force_speaker(span: Word, turns: list[SpeakerTurn]) -> str:
+    """The rule written plainly over every turn: most overlap (a tie to the speaker whose first
+    turn comes first), else the nearest turn."""
+    ordered = sorted(turns, key=lambda t: (t.start_s, t.end_s))
+    overlap: dict[str, float] = {}
+    for t in ordered:
+        amount = min(span.end_s, t.end_s) - max(span.start_s, t.start_s)
+        if amount > 0:
+            overlap[t.speaker] = overlap.get(t.speaker, 0.0) + amount
+    if overlap:
+        best = max(overlap.values())
+        return next(t.speaker for t in ordered if overlap.get(t.speaker) == best)
+    middle = (span.start_s + span.end_s) / 2
+
+    def distance(t: SpeakerTurn) -> float:
+        return 0.0 if t.start_s <= middle <= t.end_s else min(abs(middle - t.start_s), abs(middle - t.end_s))
+
+    return min(ordered, key=distance).speaker
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 600), st.floats(0.01, 90), st.sampled_from("ABC")), min_size=1, max_size=30
+    ),
+    st.floats(0, 700),
+    st.floats(0.01, 2),
+)
+def test_speaker_of_looks_only_near_the_span_yet_follows_the_rule_over_every_turn(items, start, length) -> None:
+    # Turns are indexed by time (long recordings have thousands): the answer must not change.
+    turns = [turn(s, s + d, name) for s, d, name in items]
+    span = word(start, start + length, " w")
+    assert speaker_of(span, turns) == brute_force_speaker(span, turns)

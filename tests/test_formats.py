@@ -17,7 +17,7 @@ from whosaid.formats import (
     to_verbose_json,
     to_vtt,
 )
-from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Transcript
+from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Transcript, Word
 from whosaid.server.schemas import TranscriptResponse
 
 HELLO = Chunk(0.0, 1.5, " Hello there.")
@@ -84,6 +84,70 @@ def test_rttm_lists_diarizer_turns() -> None:
         to_rttm(PLAIN)
 
 
+# Bob's "Yeah." while Alice talks: overlapping turns; words are attributed on the exclusive view.
+_WORDS = (
+    Word(" I", 0.0, 0.3, 1.0),
+    Word(" think", 0.3, 0.8, 1.0),
+    Word(" Yeah.", 0.9, 1.2, 1.0),
+    Word(" so.", 1.3, 1.6, 1.0),
+)
+_ALICE = Chunk(0.0, 0.8, " I think", _WORDS[:2])
+_BOB = Chunk(0.9, 1.2, " Yeah.", _WORDS[2:3])
+_ALICE_AGAIN = Chunk(1.3, 1.6, " so.", _WORDS[3:])
+OVERLAPPED = Transcript(
+    text="I think Yeah. so.",
+    chunks=(Chunk(0.0, 1.6, " I think Yeah. so.", _WORDS),),
+    duration_s=2.0,
+    speakers=(
+        SpeakerSegment("alice", 0.0, 0.8, "I think", (_ALICE,)),
+        SpeakerSegment("bob", 0.9, 1.2, "Yeah.", (_BOB,)),
+        SpeakerSegment("alice", 1.3, 1.6, "so.", (_ALICE_AGAIN,)),
+    ),
+    # Out of order on purpose: a diarizer's turns reach RTTM sorted whatever their order here.
+    turns=(SpeakerTurn(0.85, 1.25, "bob"), SpeakerTurn(0.0, 1.7, "alice"), SpeakerTurn(0.85, 1.0, "alice")),
+    diarized=True,
+)
+
+
+def test_rttm_keeps_overlapping_turns_each_on_its_line_sorted() -> None:
+    assert to_rttm(OVERLAPPED, file_id="call") == (
+        "SPEAKER call 1 0.000 1.700 <NA> <NA> alice <NA> <NA>\n"
+        "SPEAKER call 1 0.850 0.150 <NA> <NA> alice <NA> <NA>\n"
+        "SPEAKER call 1 0.850 0.400 <NA> <NA> bob <NA> <NA>\n"
+    )
+
+
+def test_overlap_leaves_the_word_formats_exclusive() -> None:
+    diarized = to_diarized_json(OVERLAPPED).model_dump()
+    assert [(s["speaker"], s["start"], s["end"], s["text"]) for s in diarized["segments"]] == [
+        ("alice", 0.0, 0.8, "I think"),
+        ("bob", 0.9, 1.2, "Yeah."),
+        ("alice", 1.3, 1.6, "so."),
+    ]
+    verbose = to_verbose_json(OVERLAPPED).model_dump()
+    assert [(s["speaker"], s["text"]) for s in verbose["segments"]] == [
+        ("alice", " I think"),
+        ("bob", " Yeah."),
+        ("alice", " so."),
+    ]
+    assert to_srt(OVERLAPPED).splitlines()[2::4] == ["alice: I think", "bob: Yeah.", "alice: so."]
+    assert [line for line in to_vtt(OVERLAPPED).splitlines() if line.startswith("<v")] == [
+        "<v alice>I think",
+        "<v bob>Yeah.",
+        "<v alice>so.",
+    ]
+
+
+def test_the_response_lists_the_turns_overlap_included_only_with_a_diarizer() -> None:
+    assert OVERLAPPED.to_dict()["turns"] == [
+        {"speaker": "alice", "start": 0.0, "end": 1.7},
+        {"speaker": "alice", "start": 0.85, "end": 1.0},
+        {"speaker": "bob", "start": 0.85, "end": 1.25},
+    ]
+    assert SILENCE.to_dict()["turns"] == []
+    assert "turns" not in PLAIN.to_dict()
+
+
 def test_json_shapes() -> None:
     assert to_json(PLAIN).model_dump() == {"text": PLAIN.text, "usage": {"type": "duration", "seconds": 3662.0}}
     assert to_json(DIARIZED).model_dump()["warnings"] == ["unknown parameter 'beam_size' was ignored"]
@@ -122,7 +186,9 @@ def test_render_dispatches_every_format() -> None:
         render(DIARIZED, "docx")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("transcript", [PLAIN, DIARIZED, SILENCE], ids=["plain", "diarized", "silence"])
+@pytest.mark.parametrize(
+    "transcript", [PLAIN, DIARIZED, SILENCE, OVERLAPPED], ids=["plain", "diarized", "silence", "overlapped"]
+)
 def test_the_server_response_model_is_exactly_the_core_dict(transcript: Transcript) -> None:
     """POST / answers TranscriptResponse(**transcript.to_dict()): nothing may be added or lost."""
     as_dict = transcript.to_dict()
@@ -132,7 +198,6 @@ def test_the_server_response_model_is_exactly_the_core_dict(transcript: Transcri
 def test_words_in_verbose_json_and_the_response_only_when_asked() -> None:
     import dataclasses
 
-    from whosaid.results import Word
 
     words = (Word(" Hello", 0.0, 0.61234, 0.91), Word(" there.", 0.7, 1.5, 0.5))
     timed = dataclasses.replace(PLAIN, chunks=(dataclasses.replace(HELLO, words=words), ANSWER))

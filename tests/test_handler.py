@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
 from tests.support.audio_files import encode, resample
+from whosaid.audio import load_audio
 from whosaid.config import get_model_settings
 from whosaid.errors import (
+    AudioTooLongError,
     InvalidAudioError,
     InvalidInputError,
     InvalidParametersError,
@@ -192,6 +196,38 @@ def test_speaker_parameters_without_diarizer_are_refused(monkeypatch, tiny, samp
         handler({"inputs": b64(sample_bytes), "parameters": {"num_speakers": 2}})
     response = handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})
     assert response["speakers"] == [] and response["chunks"]
+
+
+BOMB_LIMIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def limited_handler(tiny):
+    # The limit is read when the handler is built; the variable must not outlive that.
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("MAX_AUDIO_DURATION_S", str(BOMB_LIMIT_S))
+        return make_handler(monkeypatch, tiny)
+
+
+@pytest.mark.parametrize("bomb", BOMBS, ids=[bomb.name for bomb in BOMBS])
+def test_audio_over_max_audio_duration_s_is_refused_as_the_server_refuses_it(limited_handler, short_wav, bomb) -> None:
+    data = bomb.build(45.0)
+    with pytest.raises(AudioTooLongError) as refused:
+        limited_handler({"inputs": b64(data), "parameters": {"language": "en"}})
+    with pytest.raises(AudioTooLongError) as from_the_loader:  # what the server's 413 carries
+        load_audio(data, max_duration_s=BOMB_LIMIT_S)
+    assert refused.value.code == "audio_too_long" and str(refused.value) == str(from_the_loader.value)
+    assert limited_handler({"inputs": b64(short_wav), "parameters": {"language": "en"}})["chunks"]
+
+
+def test_the_default_limit_refuses_the_four_hour_and_the_25_mib_flac_at_once(handler) -> None:
+    for duration_s in (FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S):
+        data = flac_bomb(duration_s)
+        started = time.perf_counter()
+        expected = f"header declares {duration_s:.0f}.*, longer than the limit of 14400 s"
+        with pytest.raises(AudioTooLongError, match=expected):
+            handler({"inputs": data, "parameters": {"language": "en"}})
+        assert time.perf_counter() - started < 1.0
 
 
 def test_missing_or_wrong_models_fail_at_load_with_what_to_do(monkeypatch, tmp_path, tiny) -> None:

@@ -1,6 +1,8 @@
 """Fuzzing the HTTP edge: `python -m whosaid serve` (real Uvicorn, a tiny random-weight Whisper)
-on a loopback port, sent cut and corrupted files of every container, random parameter dicts, and
-nested or oversized JSON, through `POST /` (raw body, base64 JSON) and the OpenAI routes.
+on a loopback port, sent cut and corrupted files of every container, random parameter dicts,
+nested or oversized JSON, and decompression bombs (files that decode to longer than
+MAX_AUDIO_DURATION_S, whole or corrupted), through `POST /` (raw body, base64 JSON) and the
+OpenAI routes.
 
 Every answer must be a correct 200 (the documented response, chunks inside the audio) or a 4xx
 with the JSON error body; never a 5xx. /health must answer after every case. Hypothesis runs
@@ -20,6 +22,7 @@ import requests
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.support.audio_bombs import BOMBS
 from tests.support.audio_files import FORMATS, encode
 from tests.support.server import server_process
 from whosaid.formats import JsonTranscription, VerboseTranscription
@@ -29,6 +32,8 @@ from whosaid.server.schemas import TranscriptResponse
 
 MAX_UPLOAD_MB = 1
 CLIP_S = 1.5
+MAX_AUDIO_DURATION_S = 10
+BOMB_S = 20.0  # twice the limit; the noise bombs' base64 still fits in MAX_UPLOAD_MB
 FUZZ = settings(
     derandomize=True,  # seeded: the same cases every run
     deadline=None,
@@ -59,7 +64,12 @@ PARAMETERS = st.dictionaries(st.sampled_from(PARAMETER_NAMES) | st.text(max_size
 
 @pytest.fixture(scope="module")
 def server(tiny_whisper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {"ASR_MODEL": str(tiny_whisper("fuzz-main", seed=11)), "DEVICE": "cpu", "MAX_UPLOAD_MB": str(MAX_UPLOAD_MB)}
+    env = {
+        "ASR_MODEL": str(tiny_whisper("fuzz-main", seed=11)),
+        "DEVICE": "cpu",
+        "MAX_UPLOAD_MB": str(MAX_UPLOAD_MB),
+        "MAX_AUDIO_DURATION_S": str(MAX_AUDIO_DURATION_S),
+    }
     with server_process(env, tmp_path_factory.mktemp("fuzz") / "server.log") as url:
         yield url
     print(f"\nfuzz outcomes over {sum(OUTCOMES.values())} cases: {dict(sorted(OUTCOMES.items()))}")
@@ -146,6 +156,24 @@ def test_random_parameters(server, parameters, route, response_format) -> None:
     check(server, route, response, response_format)
 
 
+@settings(FUZZ, max_examples=20)
+@given(
+    bomb=st.sampled_from(BOMBS),
+    flips=st.lists(st.tuples(st.floats(0.0, 1.0, exclude_max=True), st.integers(0, 255)), max_size=4),
+    route=st.sampled_from(["raw", "json", "transcriptions"]),
+)
+def test_bombs_whole_and_corrupted(server, bomb, flips, route) -> None:
+    """A whole bomb is 413 audio_too_long; a corrupted one is any 4xx (or a 200 if what is left
+    is short audio), never a 5xx."""
+    data = bytearray(bomb.build(BOMB_S))
+    for position, value in flips:
+        data[int(position * len(data))] = value
+    response = send(server, route, bytes(data), {"language": "en"})
+    check(server, route, response, "json")
+    if not flips:
+        assert response.status_code == 413 and response.json()["error"]["code"] == "audio_too_long"
+
+
 def nested(depth: int, leaf: Any, shape: str) -> Any:
     for level in range(depth):
         leaf = [leaf] if shape[level % len(shape)] == "[" else {"k": leaf}
@@ -196,7 +224,7 @@ def _dumps_deep(value: Any) -> bytes:
 
 
 def test_the_server_answered_every_case_and_still_serves(server, files) -> None:
-    assert sum(OUTCOMES.values()) >= 80
+    assert sum(OUTCOMES.values()) >= 100
     assert not any(key.startswith("5") for key in OUTCOMES)
     response = send(server, "raw", FILES["wav"], {"language": "en"})
     assert response.status_code == 200 and response.json()["duration"] == CLIP_S

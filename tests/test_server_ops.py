@@ -77,7 +77,7 @@ def error_of(response: requests.Response) -> dict:
 
 
 def settings(**overrides) -> ServerSettings:
-    values = dict(api_key=API_KEY, max_concurrent_jobs=1, max_queue=2, max_upload_mb=0.25, max_audio_duration_s=10)
+    values = dict(api_key=API_KEY, max_concurrent_jobs=1, max_queue=2, max_upload_mb=0.25)
     return ServerSettings(**{**values, **overrides})
 
 
@@ -88,7 +88,7 @@ def stub() -> StubRecognizer:
 
 @pytest.fixture(scope="module")
 def server(stub: StubRecognizer) -> Iterator[str]:
-    with threaded_server(create_app(lambda: Engine(stub), settings())) as url:
+    with threaded_server(create_app(lambda: Engine(stub, max_audio_duration_s=10), settings())) as url:
         yield url
 
 

@@ -12,6 +12,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
+from tests.support.audio_bombs import flac_bomb
 from tests.support.audio_files import encode
 from tests.support.threads import torch_threads
 from whosaid import model_options
@@ -91,6 +92,18 @@ def test_a_bad_file_fails_alone(capsys, tiny: Path, clips: list[Path], tmp_path:
     status, out, err = run_cli(capsys, str(garbage), str(clips[0]), "--asr-model", str(tiny), "-f", "text")
     assert status == 1
     assert f"{garbage}: could not decode the audio" in err
+    assert f"==> {clips[0]} <==" in out
+
+
+def test_audio_over_max_audio_duration_s_fails_alone_with_the_servers_message(
+    capsys, monkeypatch, tiny: Path, clips: list[Path], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MAX_AUDIO_DURATION_S", "30")
+    bomb = tmp_path / "ten-minutes.flac"
+    bomb.write_bytes(flac_bomb(600.0, declare=False))  # only decoding can tell its length
+    status, out, err = run_cli(capsys, str(bomb), str(clips[0]), "--asr-model", str(tiny), "-f", "text")
+    assert status == 1
+    assert f"{bomb}: the audio lasts more than 30 s (decoding stopped there), longer than the limit of 30 s" in err
     assert f"==> {clips[0]} <==" in out
 
 

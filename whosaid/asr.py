@@ -18,15 +18,18 @@ from whosaid.cancellation import StopSignal
 from whosaid.chunks import Span, clean_chunks
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
 from whosaid.decoding import (
+    WHISPER_TIME_PRECISION_S,
     DecodingOptions,
     FallbackOptions,
     GreedyWhisperDecoder,
+    complete_segments,
     is_repetitive,
     is_silence,
     needs_fallback,
     split_segments,
 )
-from whosaid.errors import InferenceError, InvalidParametersError
+from whosaid.device import is_out_of_memory
+from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
 from whosaid.model_loading import load_assistant, load_whisper
 from whosaid.results import Chunk, Word
 from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
@@ -50,6 +53,8 @@ class AsrOutput:
     chunks: tuple[Chunk, ...]
     language: Optional[str]
     decoding: str  # ASSISTED or BATCHED
+    # What the response should tell the client: windows whose looping text was cut.
+    warnings: tuple[str, ...] = ()
 
 
 class SpeechRecognizer:
@@ -151,20 +156,34 @@ class SpeechRecognizer:
                 windows[first : first + batch_size] for first in range(1, len(windows), batch_size)
             ]
         spans: list[Span] = []
+        warnings: list[str] = []
         for number, batch in enumerate(batches):
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
-            batch_spans, language = self._transcribe_windows(
-                audio, batch, language, options, previous, assistant=self.assistant if assisted else None
-            )
+            try:
+                batch_spans, language, batch_warnings = self._transcribe_windows(
+                    audio, batch, language, options, previous, assistant=self.assistant if assisted else None
+                )
+            except WhosaidError:
+                raise
+            except Exception as error:
+                if is_out_of_memory(error):
+                    raise
+                # The whole request fails: say where, so that the audio can be checked or cut there.
+                logger.exception("speech recognition failed in %s", _span_name(batch))
+                raise InferenceError(
+                    f"speech recognition failed in {_span_name(batch)}: {type(error).__name__}: {error}"
+                ) from error
             spans += batch_spans
+            warnings += batch_warnings
             if on_batch is not None:
                 on_batch(batch_spans)
         return AsrOutput(
             chunks=clean_chunks(spans, audio.duration_s),
             language=language or self._default_language(),
             decoding=ASSISTED if assisted else BATCHED,
+            warnings=tuple(warnings),
         )
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
@@ -182,7 +201,7 @@ class SpeechRecognizer:
     def previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
         """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
         window, then the initial prompt on the first (GreedyWhisperDecoder.prompt keeps the last
-        223 tokens)."""
+        223 tokens, half of Whisper's context)."""
         texts = [options.hotwords] + ([options.initial_prompt] if first_window else [])
         tokenizer = self.processor.tokenizer
         return [token for text in texts if text for token in tokenizer.encode(" " + text, add_special_tokens=False)]
@@ -254,12 +273,13 @@ class SpeechRecognizer:
         previous: Sequence[int] = (),
         *,
         assistant: Any = None,
-    ) -> tuple[list[Span], Optional[str]]:
+    ) -> tuple[list[Span], Optional[str], list[str]]:
         """Greedy tokens for each window (the lean batched loop, or speculative decoding with
         `assistant`), conditioned on `previous` text tokens, beam search where Whisper's checks
         fail, silence dropped, words timed when `options` asks. Returns the spans on the audio's
-        time line and the language: detected on the first window when unknown and kept, unless
-        `options.multilingual` detects each window's own."""
+        time line, the language (detected on the first window when unknown and kept, unless
+        `options.multilingual` detects each window's own) and a warning for each window still
+        looping after beam search, whose text is cut at its last good segment."""
         import torch
 
         task = options.task
@@ -311,6 +331,12 @@ class SpeechRecognizer:
                     num_beams=self.fallback.num_beams,
                 )
             speech = [index for index, result in enumerate(results) if not is_silence(result, self.fallback)]
+            warnings = []
+            for index in speech:
+                prompt = self.decoder.prompt(languages[index], task, previous)
+                if len(tokens[index]) >= self.decoder.positions_room(prompt):
+                    tokens[index] = complete_segments(tokens[index], self.decoder.timestamp_begin, self._is_repeating)
+                    warnings.append(self._loop_warning(windows[index], tokens[index]))
             segments = {index: self.segments(windows[index], tokens[index]) for index in speech}
             words: dict[int, list[tuple[SegmentTokens, tuple[Word, ...]]]] = {
                 index: [(segment, ()) for segment in segments[index]] for index in speech
@@ -337,7 +363,20 @@ class SpeechRecognizer:
             for index in speech
             for segment, segment_words in words[index]
         ]
-        return spans, language
+        return spans, language, warnings
+
+    def _loop_warning(self, window: SpeechWindow, kept: Sequence[int]) -> str:
+        """What the response says about a window whose decoding looped to the end of Whisper's
+        context, beam search included, and was cut to `kept`."""
+        problem = (
+            f"window {window.start_s:.1f}-{window.end_s:.1f} s: Whisper repeated itself until its "
+            f"{self.decoder.max_target_positions}-token limit, with beam search too"
+        )
+        if not kept:
+            return f"{problem}; its text was left out"
+        kept_s = window.start_s + (kept[-1] - self.decoder.timestamp_begin) * WHISPER_TIME_PRECISION_S
+        kept_s = min(kept_s, window.end_s)
+        return f"{problem}; its text after {kept_s:.1f} s was left out"
 
     def _prompt_groups(
         self, languages: Sequence[Optional[str]], task: str, previous: Sequence[int]
@@ -365,6 +404,8 @@ class SpeechRecognizer:
         from transformers.modeling_outputs import BaseModelOutput
 
         prompt = self.decoder.prompt(language, task, previous)
+        # Room for what follows decoding (scoring, word alignment) in the model's positions.
+        kwargs.setdefault("max_new_tokens", self.decoder.max_new_tokens(prompt))
         if previous:
             # <|startofprev|> and the text, exactly as GreedyWhisperDecoder.prompt puts them.
             start_sequence_length = len(self.decoder.prompt(language, task))
@@ -405,3 +446,9 @@ class SpeechRecognizer:
             end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
             segments.append(SegmentTokens(tuple(text_tokens), start, end))
         return segments
+
+
+def _span_name(windows: Sequence[SpeechWindow]) -> str:
+    """"window 1203.4-1233.4 s", or "windows ..." for a batch of several."""
+    noun = "window" if len(windows) == 1 else "windows"
+    return f"{noun} {windows[0].start_s:.1f}-{windows[-1].end_s:.1f} s"

@@ -12,13 +12,13 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-from whosaid.containers import check_complete
-from whosaid.errors import InvalidAudioError
+from whosaid.containers import check_complete, wav_declared_duration_s
+from whosaid.errors import AudioTooLongError, InvalidAudioError
 
 SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
 # A decoded stream shorter than its header's duration by more than this is a truncated file.
@@ -30,6 +30,9 @@ MIN_AUDIO_DURATION_S = 0.1
 # Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
 SILENCE_FRAME_S = 0.025
 SILENCE_THRESHOLD_DBFS = -55.0
+# Where a file declares no duration, decoding starts with room for this much and doubles it.
+_FIRST_CAPACITY_S = 60.0
+_LIMIT_ADVICE = "the limit of {limit:g} s (MAX_AUDIO_DURATION_S); split it and send the parts"
 _BASE64_TEXT = re.compile(rb"^[A-Za-z0-9+/_\-\s]+=*\s*$")
 
 
@@ -57,20 +60,28 @@ class Audio:
 AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray]
 
 
-def load_audio(inputs: AudioInput, *, sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ) -> Audio:
+def load_audio(
+    inputs: AudioInput,
+    *,
+    sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ,
+    max_duration_s: Optional[float] = None,
+) -> Audio:
     """Decode a request's `inputs` into 16 kHz mono float32.
 
     Accepts base64 text (str or ASCII bytes) of an audio file, the file's raw bytes, a dict
     {"array" | "raw": float samples, "sampling_rate": Hz}, or a bare float array whose rate is
-    `sampling_rate_hz`.
+    `sampling_rate_hz`. Audio longer than `max_duration_s` raises AudioTooLongError, from the
+    header's declaration or as soon as decoding passes the limit (None: no limit).
     """
     if isinstance(inputs, str):
-        return decode_audio_bytes(_decode_base64(inputs.encode("ascii", errors="replace")))
+        return decode_audio_bytes(
+            _decode_base64(inputs.encode("ascii", errors="replace")), max_duration_s=max_duration_s
+        )
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
         if _looks_like_base64(data):
             data = _decode_base64(data)
-        return decode_audio_bytes(data)
+        return decode_audio_bytes(data, max_duration_s=max_duration_s)
     if isinstance(inputs, dict):
         samples = inputs.get("array", inputs.get("raw"))
         if samples is None:
@@ -81,9 +92,9 @@ def load_audio(inputs: AudioInput, *, sampling_rate_hz: int = WHISPER_SAMPLE_RAT
         rate = inputs.get("sampling_rate", sampling_rate_hz)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1_000 <= rate <= 384_000:
             raise InvalidAudioError(f"sampling_rate must be a number of Hz in [1000, 384000], not {rate!r}")
-        return audio_from_array(samples, int(rate))
+        return audio_from_array(samples, int(rate), max_duration_s=max_duration_s)
     if isinstance(inputs, (list, np.ndarray)):
-        return audio_from_array(inputs, sampling_rate_hz)
+        return audio_from_array(inputs, sampling_rate_hz, max_duration_s=max_duration_s)
     if inputs is None:
         raise InvalidAudioError("no audio: send the audio file as base64 text in 'inputs'")
     raise InvalidAudioError(
@@ -92,13 +103,13 @@ def load_audio(inputs: AudioInput, *, sampling_rate_hz: int = WHISPER_SAMPLE_RAT
     )
 
 
-def load_audio_file(path: Union[str, Path]) -> Audio:
+def load_audio_file(path: Union[str, Path], *, max_duration_s: Optional[float] = None) -> Audio:
     """Decode an audio file from disk (CLI, benchmarks, tests)."""
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise InvalidAudioError(f"cannot read audio file {str(path)!r}: {error.strerror}") from error
-    return decode_audio_bytes(data)
+    return decode_audio_bytes(data, max_duration_s=max_duration_s)
 
 
 def _looks_like_base64(data: bytes) -> bool:
@@ -121,12 +132,21 @@ def _decode_base64(text: bytes) -> bytes:
         ) from error
 
 
-def decode_audio_bytes(data: bytes) -> Audio:
-    """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz."""
+def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -> Audio:
+    """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz.
+
+    With `max_duration_s`, a header that declares longer audio is refused before decoding, and
+    decoding stops as soon as it passes the limit: what a header says is never trusted alone
+    (it may lie, or say nothing), and memory follows what has been decoded, not the file.
+    """
     import av
 
     if not data:
         raise InvalidAudioError("empty input: the audio file has no bytes")
+    if max_duration_s is not None:
+        # Before the completeness checks: a WAV that declares hours over seconds of data is too
+        # long by its own account, whatever is missing.
+        _refuse_declared(wav_declared_duration_s(data), max_duration_s)
     check_complete(data)
     try:
         container = av.open(io.BytesIO(data), mode="r")
@@ -141,30 +161,20 @@ def decode_audio_bytes(data: bytes) -> Audio:
             raise InvalidAudioError("the file holds no audio stream")
         stream = streams[0]
         declared_s = _declared_duration_s(container, stream)
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
-        pieces: list[np.ndarray] = []
-        decoded_s = 0.0
+        if max_duration_s is not None:
+            _refuse_declared(declared_s, max_duration_s)
+        buffer = SampleBuffer(_initial_capacity(declared_s, max_duration_s))
         try:
-            for frame in container.decode(stream):
-                if frame.sample_rate:
-                    decoded_s += frame.samples / frame.sample_rate
-                for out in resampler.resample(frame):
-                    pieces.append(out.to_ndarray().reshape(-1))
-            for out in resampler.resample(None):
-                pieces.append(out.to_ndarray().reshape(-1))
-        except (av.error.FFmpegError, ValueError) as error:
-            raise InvalidAudioError(
-                f"the audio is corrupt or truncated: decoding stopped after {decoded_s:.2f} s "
-                f"({_reason(error)})"
-            ) from error
-    samples = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+            decoded_s = _decode_into(buffer, container, stream, max_duration_s)
+        except BaseException:
+            buffer.free()  # now, not when the caller drops the traceback that refers to it
+            raise
+    samples = buffer.finish()
     if decoded_s > 0:
         _check_long_enough(decoded_s)
     if samples.size == 0:
         raise InvalidAudioError("no audio samples could be decoded: the file is empty or truncated")
-    if declared_s is not None and declared_s - decoded_s > max(
-        TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_FRACTION * declared_s
-    ):
+    if declared_s is not None and declared_s - decoded_s > _tolerance_s(declared_s):
         raise InvalidAudioError(
             f"the audio file is truncated: its header declares {declared_s:.2f} s but only "
             f"{decoded_s:.2f} s could be decoded; send the complete file"
@@ -172,7 +182,108 @@ def decode_audio_bytes(data: bytes) -> Audio:
     return _checked(samples)
 
 
-def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
+def _decode_into(buffer: "SampleBuffer", container: Any, stream: Any, max_duration_s: Optional[float]) -> float:
+    """Decode, downmix and resample frame by frame into `buffer`; the seconds decoded (at the
+    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`."""
+    import av
+
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
+    decoded = _DecodedLength()
+    try:
+        for frame in container.decode(stream):
+            decoded.add(frame.samples, frame.sample_rate)
+            if max_duration_s is not None and decoded.seconds > max_duration_s:
+                raise AudioTooLongError(
+                    f"the audio lasts more than {max_duration_s:g} s (decoding stopped there), "
+                    f"longer than {_LIMIT_ADVICE.format(limit=max_duration_s)}"
+                )
+            for out in resampler.resample(frame):
+                buffer.append(out.to_ndarray().reshape(-1))
+        for out in resampler.resample(None):
+            buffer.append(out.to_ndarray().reshape(-1))
+    except AudioTooLongError:
+        raise  # a ValueError too, but not a corrupt file
+    except (av.error.FFmpegError, ValueError) as error:
+        raise InvalidAudioError(
+            f"the audio is corrupt or truncated: decoding stopped after {decoded.seconds:.2f} s "
+            f"({_reason(error)})"
+        ) from error
+    return decoded.seconds
+
+
+class _DecodedLength:
+    """Seconds decoded, counted in whole samples at the stream's rate: a sum of per-frame
+    fractions drifts, and 30 s of frames must compare equal to a 30 s limit."""
+
+    def __init__(self) -> None:
+        self._earlier_s = 0.0  # at rates the stream had before (a rate change mid-stream)
+        self._samples = 0
+        self._rate_hz = 0
+
+    def add(self, samples: int, rate_hz: int) -> None:
+        if not rate_hz:
+            return
+        if rate_hz != self._rate_hz:
+            self._earlier_s = self.seconds
+            self._samples, self._rate_hz = 0, rate_hz
+        self._samples += samples
+
+    @property
+    def seconds(self) -> float:
+        return self._earlier_s + (self._samples / self._rate_hz if self._rate_hz else 0.0)
+
+
+class SampleBuffer:
+    """float32 samples appended piece by piece into one array that doubles when full: memory
+    follows what has been decoded, with no list of pieces to join at the end (twice the audio)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._array = np.empty(max(1, capacity), np.float32)
+        self.size = 0
+
+    def append(self, piece: np.ndarray) -> None:
+        end = self.size + len(piece)
+        if end > len(self._array):
+            # In place where the allocator can (realloc; mremap for large arrays): no copy.
+            self._array.resize(max(end, 2 * len(self._array)), refcheck=False)
+        self._array[self.size : end] = piece
+        self.size = end
+
+    def finish(self) -> np.ndarray:
+        """The samples, the spare capacity handed back; the buffer is empty afterwards."""
+        array, self._array = self._array, np.empty(0, np.float32)
+        array.resize(self.size, refcheck=False)
+        return array
+
+    def free(self) -> None:
+        self._array = np.empty(0, np.float32)
+        self.size = 0
+
+
+def _initial_capacity(declared_s: Optional[float], max_duration_s: Optional[float]) -> int:
+    """Room for the declared duration when it is within the limit (an honest file fills it in
+    one allocation; the pages a lying header reserves are never written, so never resident),
+    else for a minute."""
+    expected_s = declared_s if declared_s is not None else _FIRST_CAPACITY_S
+    if max_duration_s is not None:
+        expected_s = min(expected_s, max_duration_s)
+    return int((expected_s + _tolerance_s(expected_s)) * WHISPER_SAMPLE_RATE_HZ)
+
+
+def _refuse_declared(declared_s: Optional[float], max_duration_s: float) -> None:
+    # A margin as for truncation: some "declarations" are FFmpeg's estimates from the bitrate.
+    if declared_s is not None and declared_s - max_duration_s > _tolerance_s(declared_s):
+        raise AudioTooLongError(
+            f"the audio file's header declares {declared_s:.1f} s, longer than "
+            f"{_LIMIT_ADVICE.format(limit=max_duration_s)}"
+        )
+
+
+def _tolerance_s(duration_s: float) -> float:
+    return max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_FRACTION * duration_s)
+
+
+def audio_from_array(samples: Any, sample_rate_hz: int, *, max_duration_s: Optional[float] = None) -> Audio:
     """Raw PCM floats (mono, or channels x time) at `sample_rate_hz` -> 16 kHz mono."""
     try:
         array = np.asarray(samples, dtype=np.float32)
@@ -195,7 +306,12 @@ def audio_from_array(samples: Any, sample_rate_hz: int) -> Audio:
             f"float samples must lie in [-1, 1], but the array peaks at {peak:.3g}; scale 16-bit "
             "PCM by 1/32768 (or send the audio file itself)"
         )
-    _check_long_enough(array.size / sample_rate_hz)
+    duration_s = array.size / sample_rate_hz
+    _check_long_enough(duration_s)
+    if max_duration_s is not None and duration_s > max_duration_s:
+        raise AudioTooLongError(
+            f"the audio lasts {duration_s:.1f} s, longer than {_LIMIT_ADVICE.format(limit=max_duration_s)}"
+        )
     if sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
         array = _resample(array, sample_rate_hz)
     return _checked(np.ascontiguousarray(array, dtype=np.float32))

@@ -34,6 +34,9 @@ MAX_PROMPT_CHARS = 2_000
 MIN_CHUNK_LENGTH_S = 5.0
 # pyannote clusters into at most this many speakers; more is a typo, not a recording.
 MAX_SPEAKERS = 100
+# Longest audio accepted: a long meeting. Decoding stops as soon as a file passes it, so it also
+# bounds the samples held per request (4 hours at 16 kHz float32: 0.92 GB).
+DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
 
 
 class ModelSettings(BaseSettings):
@@ -64,6 +67,14 @@ class ModelSettings(BaseSettings):
     )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."
+    )
+    max_audio_duration_s: float = Field(
+        default=DEFAULT_MAX_AUDIO_DURATION_S,
+        gt=0,
+        description="Longest audio in seconds, on every edge (handler, server, CLI). Longer audio is "
+        "refused (413 audio_too_long) before any model runs: at once when the file's header "
+        "declares it, else as soon as decoding passes the limit, so a small file that decodes to "
+        "hours never holds more than the limit's worth of samples (16 kHz float32: 230 MB an hour).",
     )
     device: str = Field(
         default="auto", description="'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:N'."

@@ -54,6 +54,30 @@ def check_wav_complete(data: bytes) -> None:
     )
 
 
+def wav_declared_duration_s(data: bytes) -> float | None:
+    """Seconds of audio a WAV's header declares (data chunk size over the format's byte rate);
+    None for other files, a streamed WAV (size 0 or 0xFFFFFFFF) or a header without the fields."""
+    if not (data[:4] == b"RIFF" and data[8:12] == b"WAVE"):
+        return None
+    offset, bytes_per_s = 12, 0
+    while offset + 8 <= len(data):
+        chunk_id = data[offset : offset + 4]
+        chunk_size = int.from_bytes(data[offset + 4 : offset + 8], "little")
+        body = offset + 8
+        if chunk_id == b"fmt " and body + chunk_size <= len(data):
+            try:
+                check_wav_format(data[body : body + chunk_size])
+            except InvalidAudioError:
+                return None  # a corrupt format chunk declares nothing: check_complete says why
+            bytes_per_s = int.from_bytes(data[body + 8 : body + 12], "little")
+        if chunk_id == b"data":
+            if chunk_size in (0, 0xFFFFFFFF) or bytes_per_s == 0:
+                return None
+            return chunk_size / bytes_per_s
+        offset = body + chunk_size + (chunk_size & 1)
+    return None
+
+
 _WAV_PCM = 0x0001
 _WAV_FLOAT = 0x0003
 _WAV_EXTENSIBLE = 0xFFFE

@@ -74,6 +74,9 @@ class WindowTokens:
     avg_logprob: float  # per token, end-of-text included, as openai/whisper counts it
     no_speech_prob: float  # probability of <|nospeech|> at the start-of-transcript position
     gave_up: bool = False  # stopped early because it was repeating itself
+    # Filled the room the model's positions leave (GreedyWhisperDecoder.positions_room) before
+    # <|endoftext|>: a loop, as a real window's speech never fills Whisper's context.
+    reached_limit: bool = False
 
 
 def compression_ratio(text: str) -> float:
@@ -86,13 +89,36 @@ def is_repetitive(text: str, options: FallbackOptions) -> bool:
 
 
 def needs_fallback(result: WindowTokens, text: str, options: FallbackOptions) -> bool:
-    """openai/whisper's test for decoding again with a stronger search."""
-    return result.gave_up or is_repetitive(text, options) or result.avg_logprob < options.logprob_threshold
+    """openai/whisper's test for decoding again with a stronger search; a window that ran out of
+    room is decoded again whatever its measures say."""
+    return (
+        result.gave_up
+        or result.reached_limit
+        or is_repetitive(text, options)
+        or result.avg_logprob < options.logprob_threshold
+    )
 
 
 def is_silence(result: WindowTokens, options: FallbackOptions) -> bool:
     """openai/whisper's no-speech test: the model expects no speech and its text is a guess."""
     return result.no_speech_prob > options.no_speech_threshold and result.avg_logprob < options.logprob_threshold
+
+
+def complete_segments(
+    tokens: Sequence[int], timestamp_begin: int, is_repeating: Callable[[list[int]], bool]
+) -> list[int]:
+    """The tokens of a window that ran out of room, cut after its last good segment: the longest
+    run of whole segments (each closed by its timestamp) that `is_repeating` does not flag. What
+    follows is the unfinished loop; with no such segment, nothing is kept."""
+    ends = [
+        index + 1
+        for index, token in enumerate(tokens)
+        if token >= timestamp_begin and index > 0 and tokens[index - 1] < timestamp_begin
+    ]
+    for end in reversed(ends):
+        if not is_repeating(list(tokens[:end])):
+            return list(tokens[:end])
+    return []
 
 
 def split_segments(
@@ -131,8 +157,12 @@ class GreedyWhisperDecoder:
         # <|nospeech|> sits just before <|notimestamps|> in every Whisper vocabulary.
         self.no_speech_token_id = int(generation_config.no_timestamps_token_id) - 1
         self.max_target_positions = int(model.config.max_target_positions)
-        # openai/whisper keeps at most half the context for the previous text (223 of 448).
-        self.max_previous_tokens = self.max_target_positions // 2 - 1
+        # openai/whisper keeps at most half the context for the previous text (223 of 448), and
+        # faster-whisper half of max_length: the window's own text keeps the other half, also
+        # where a checkpoint's max_length is below its positions (225 in many fine-tunes).
+        context = min(int(generation_config.max_length or self.max_target_positions), self.max_target_positions)
+        self.max_previous_tokens = context // 2 - 1
+        self.start_token_id = int(generation_config.decoder_start_token_id)
         self.step = WhisperDecoderStep(model)
         prev_sot = getattr(generation_config, "prev_sot_token_id", None)
         # <|startofprev|> sits just before <|startoftranscript|> in every Whisper vocabulary.
@@ -151,11 +181,26 @@ class GreedyWhisperDecoder:
             max_length += prompt_length
         return min(max_length, self.max_target_positions)
 
+    def max_new_tokens(self, prompt: Sequence[int]) -> int:
+        """The most tokens a window decoded from `prompt` may have (<|endoftext|> aside): what
+        `generate` would decode (`max_length`), but never so many that the passes after decoding
+        leave the model's positions (see `positions_room`); at least one, as `generate` decodes."""
+        return max(1, min(self.max_length(len(prompt)) - len(prompt), self.positions_room(prompt)))
+
+    def positions_room(self, prompt: Sequence[int]) -> int:
+        """Tokens a window decoded from `prompt` may have so that scoring (the prompt, the tokens,
+        <|endoftext|>) and word alignment (the start sequence without the previous text,
+        <|notimestamps|>, the text, <|endoftext|>) fit in the model's positions. A window that
+        fills it ran into a loop: speech never fills Whisper's context (a `max_length` set below
+        it is a choice, and is not this)."""
+        start_length = len(prompt) - _start_of_transcript(prompt, self.start_token_id)
+        return min(self.max_target_positions - len(prompt) - 1, self.max_target_positions - start_length - 2)
+
     def prompt(self, language: Optional[str], task: str, previous: Sequence[int] = ()) -> list[int]:
         """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
         tokens `generate` starts from when timestamps are on. With `previous` text tokens (a
         prompt, hotwords), Whisper's convention for the previous window's text goes first:
-        <|startofprev|> and at most the last `max_previous_tokens` (223) of them."""
+        <|startofprev|> and at most the last `max_previous_tokens` (223 for 448 positions)."""
         config = self.generation_config
         prompt = []
         if previous:
@@ -179,14 +224,21 @@ class GreedyWhisperDecoder:
         tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
 
-        start_of_transcript = _start_of_transcript(prompt, int(self.generation_config.decoder_start_token_id))
+        start_of_transcript = _start_of_transcript(prompt, self.start_token_id)
         prompt_ids = torch.tensor(
             [list(prompt)] * encoder_states.shape[0], dtype=torch.long, device=encoder_states.device
         )
         step = self.step
         step.start(encoder_states)
         try:
-            return self._decode_rows(step, prompt_ids, start_of_transcript, is_repeating)
+            return self._decode_rows(
+                step,
+                prompt_ids,
+                start_of_transcript,
+                is_repeating,
+                max_new_tokens=self.max_new_tokens(prompt),
+                room=self.positions_room(prompt),
+            )
         finally:
             step.finish()
 
@@ -196,12 +248,14 @@ class GreedyWhisperDecoder:
         prompt_ids: Any,
         start_of_transcript: int,
         is_repeating: Optional[Callable[[list[int]], bool]],
+        *,
+        max_new_tokens: int,
+        room: int,
     ) -> list[WindowTokens]:
         import torch
 
         device = prompt_ids.device
         batch, begin_index = prompt_ids.shape
-        max_new_tokens = self.max_length(begin_index) - begin_index
         rules = WhisperLogitsRules(self.generation_config, begin_index, device)
         rows = list(range(batch))  # original row of each row still decoding
         generated: list[list[int]] = [[] for _ in rows]  # each row's tokens after the prompt
@@ -244,6 +298,7 @@ class GreedyWhisperDecoder:
                     avg_logprob=float(sum_logprobs[row]) / (len(tokens) + 1),
                     no_speech_prob=no_speech[row],
                     gave_up=gave_up,
+                    reached_limit=not ended and len(tokens) >= room,
                 )
             if not keep:
                 break
@@ -263,7 +318,7 @@ class GreedyWhisperDecoder:
         import torch
 
         device = encoder_states.device
-        ended = len(prompt) + len(tokens) < self.max_length(len(prompt))  # else it hit the limit
+        ended = len(tokens) < self.max_new_tokens(prompt)  # else it was stopped there, unfinished
         ids = list(prompt) + list(tokens) + ([self.eos_token_id] if ended else [])
         sequence = torch.tensor([ids], dtype=torch.long, device=device)
         hidden = self.model.get_decoder()(
@@ -283,6 +338,7 @@ class GreedyWhisperDecoder:
                 .float()
                 .softmax(-1)[self.no_speech_token_id]
             ),
+            reached_limit=not ended and len(tokens) >= self.positions_room(prompt),
         )
 
 

@@ -168,3 +168,11 @@ class ModelRuntime:
             "attn_implementation": self.attn_implementation,
             "asr_model": self.asr_model,
         }
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is the device running out of memory (torch's CUDA error, or another
+    backend's, recognised by its message): a 5xx worth a retry, never the input's fault."""
+    import torch
+
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()

@@ -5,16 +5,17 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from pydantic import ValidationError
 
 from whosaid.alignment import assign_speakers
 from whosaid.asr import SpeechRecognizer
-from whosaid.audio import Audio, AudioInput, load_audio
+from whosaid.audio import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.cancellation import StopSignal, TimeBudget
-from whosaid.config import InferenceConfig, ModelSettings, get_model_settings
-from whosaid.device import ModelRuntime
+from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
+from whosaid.device import ModelRuntime, is_out_of_memory
 from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
 from whosaid.results import Transcript
@@ -38,11 +39,20 @@ def load_settings() -> ModelSettings:
 
 class Engine:
     """Loaded models and the one way to run them. Build once; call from any thread that holds
-    the edge's concurrency slot (the models are not meant for parallel calls)."""
+    the edge's concurrency slot (the models are not meant for parallel calls). Every edge decodes
+    through `load_audio` / `load_audio_file`, so audio over `max_audio_duration_s`
+    (MAX_AUDIO_DURATION_S) is refused the same way everywhere, before any model runs."""
 
-    def __init__(self, recognizer: SpeechRecognizer, diarizer: Optional[Diarizer] = None) -> None:
+    def __init__(
+        self,
+        recognizer: SpeechRecognizer,
+        diarizer: Optional[Diarizer] = None,
+        *,
+        max_audio_duration_s: float = DEFAULT_MAX_AUDIO_DURATION_S,
+    ) -> None:
         self.recognizer = recognizer
         self.diarizer = diarizer
+        self.max_audio_duration_s = max_audio_duration_s
 
     @classmethod
     def from_settings(cls, settings: Optional[ModelSettings] = None) -> "Engine":
@@ -50,7 +60,7 @@ class Engine:
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
         diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
-        engine = cls(recognizer, diarizer)
+        engine = cls(recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s)
         runtime = engine.runtime
         logger.info(
             "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "
@@ -79,6 +89,13 @@ class Engine:
             has_diarizer=self.diarizer is not None,
         )
 
+    def load_audio(self, inputs: AudioInput, config: InferenceConfig) -> Audio:
+        """A request's audio, decoded once; AudioTooLongError past the length limit."""
+        return load_audio(inputs, sampling_rate_hz=config.sampling_rate, max_duration_s=self.max_audio_duration_s)
+
+    def load_audio_file(self, path: Path) -> Audio:
+        return load_audio_file(path, max_duration_s=self.max_audio_duration_s)
+
     def run(
         self,
         inputs: AudioInput,
@@ -89,7 +106,7 @@ class Engine:
         """A request as the handler gets it: raw inputs and a parameters dict. With `budget`,
         the job stops with TimeBudgetExceededError once its time for this audio is spent."""
         config, warnings = self.parse_parameters(parameters)
-        audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
+        audio = self.load_audio(inputs, config)
         stop = StopSignal()
         if budget is not None:
             stop.start_budget(budget, audio.duration_s)
@@ -145,7 +162,7 @@ class Engine:
             turns=turns,
             diarized=self.diarizer is not None,
             decoding=asr.decoding,
-            warnings=tuple(warnings),
+            warnings=(*warnings, *asr.warnings),
             word_timestamps=config.return_timestamps == "word",
             multilingual=config.multilingual,
         )
@@ -164,9 +181,7 @@ class _translate_failures:
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
         if error is None or isinstance(error, WhosaidError) or not isinstance(error, Exception):
             return False
-        import torch
-
-        if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower():
+        if is_out_of_memory(error):
             raise OutOfMemoryError(
                 f"{self.stage} ran out of device memory; retry later or with a smaller batch_size"
             ) from error

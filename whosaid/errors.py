@@ -26,6 +26,13 @@ class InvalidAudioError(InvalidInputError):
     code = "invalid_audio"
 
 
+class AudioTooLongError(InvalidInputError):
+    """The audio lasts longer than MAX_AUDIO_DURATION_S (found from the file's header or while
+    decoding, before any model runs). Edges answer 413."""
+
+    code = "audio_too_long"
+
+
 class InvalidParametersError(InvalidInputError):
     """Request parameters are of the wrong type or contradict each other."""
 

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, Field
 
-from whosaid.results import Chunk, Transcript
+from whosaid.results import Chunk, Transcript, sorted_turns
 
 Task = Literal["transcribe", "translate"]
 #: OpenAI's response formats plus RTTM (speaker turns, the diarization community's format).
@@ -176,6 +176,8 @@ def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> Ver
 
 
 def to_diarized_json(transcript: Transcript) -> DiarizedTranscription:
+    """The transcript's speaker segments: every word in exactly one segment, in order, even where
+    the diarizer heard two speakers at once (overlap shows in RTTM and POST /'s `turns`)."""
     _require_diarized(transcript, "diarized_json")
     segments = [
         DiarizedSegment(
@@ -223,12 +225,14 @@ def to_vtt(transcript: Transcript) -> str:
 
 def to_rttm(transcript: Transcript, *, file_id: str = "audio") -> str:
     """RTTM: one SPEAKER line per diarizer turn (the turns, not the transcript: RTTM scores
-    diarization against a reference, e.g. pyannote's sample.rttm)."""
+    diarization against a reference, e.g. pyannote's sample.rttm). Overlapping turns stay as
+    they are, each on its own line, as RTTM references mark overlapped speech; lines are sorted
+    by start, then end, then speaker."""
     _require_diarized(transcript, "rttm")
     uri = _RTTM_UNSAFE.sub("_", file_id.strip()) or "audio"
     return "".join(
         f"SPEAKER {uri} 1 {turn.start_s:.3f} {turn.end_s - turn.start_s:.3f} <NA> <NA> {turn.speaker} <NA> <NA>\n"
-        for turn in transcript.turns
+        for turn in sorted_turns(transcript.turns)
     )
 
 

@@ -1,18 +1,22 @@
-"""Giving memory back after long requests.
+"""Giving memory back after long requests, and after failed ones.
 
 A 20-minute request left the process holding 2.4 GB of its 3.5 GB peak: freed blocks stay in
 glibc's heap arenas (and PyTorch's CUDA cache) unless asked to return them. Worth a few
-milliseconds after long audio, not after every short request.
+milliseconds after long audio, not after every short request. A failed request may have held as
+much (audio decoded up to the length limit, a model's tensors), and its exception keeps the
+locals of every frame it passed through alive: those are dropped before memory is returned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
 import logging
-from typing import Any, Optional
+import traceback
+from typing import Any, Iterator, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -20,9 +24,12 @@ logger = logging.getLogger(__name__)
 RELEASE_AFTER_AUDIO_S = 60.0
 
 
-def release_memory() -> None:
-    """Collect garbage, return free heap pages to the OS (glibc) and free the CUDA cache."""
-    gc.collect()
+def release_memory(*, collect_cycles: bool = True) -> None:
+    """Collect garbage, return free heap pages to the OS (glibc) and free the CUDA cache.
+    `collect_cycles=False` skips the collection: a full one walks every object of the process
+    (the loaded models' included) and costs far more than the rest."""
+    if collect_cycles:
+        gc.collect()
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
@@ -30,6 +37,26 @@ def release_memory() -> None:
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def memory_released_on_failure() -> Iterator[None]:
+    """Around one request: when it raises, the finished frames' locals (its samples, tensors)
+    are dropped and the memory handed back before the error goes on to the edge. Locals of
+    frames still running, the caller's, are the caller's to drop. No garbage collection: with
+    the frames cleared, reference counting frees what the request held, and a full collection
+    after every refused request would let a stream of bad requests keep the CPU busy."""
+    try:
+        yield
+    except BaseException as error:
+        chained: Optional[BaseException] = error
+        seen: set[int] = set()
+        while chained is not None and id(chained) not in seen:  # the causes' frames too
+            seen.add(id(chained))
+            traceback.clear_frames(chained.__traceback__)
+            chained = chained.__cause__ or chained.__context__
+        release_memory(collect_cycles=False)
+        raise
 
 
 @functools.lru_cache(maxsize=1)

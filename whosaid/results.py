@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,16 @@ class Chunk:
 
 @dataclass(frozen=True)
 class SpeakerTurn:
-    """One speaker talking without interruption, as the diarizer saw it."""
+    """One speaker talking without interruption, as the diarizer saw it. Another speaker's turn
+    may overlap it (both talking at once)."""
 
     start_s: float
     end_s: float
     speaker: str
+
+    def to_dict(self) -> dict[str, Any]:
+        # pyannote's own serialisation of a diarization (DiarizeOutput.serialize) uses these keys.
+        return {"speaker": self.speaker, "start": round(self.start_s, 3), "end": round(self.end_s, 3)}
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,10 @@ class Transcript:
     chunks: tuple[Chunk, ...]
     duration_s: float
     language: Optional[str] = None
+    #: The transcript by speaker: every chunk (every word) in exactly one segment, in order,
+    #: attributed on the diarizer's exclusive view.
     speakers: tuple[SpeakerSegment, ...] = ()
+    #: The diarizer's turns as it found them, sorted; they may overlap (two speakers at once).
     turns: tuple[SpeakerTurn, ...] = ()
     diarized: bool = False
     #: "assisted" (speculative decoding at batch size 1) or "batched"; None when nothing was decoded.
@@ -102,7 +110,8 @@ class Transcript:
     multilingual: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The response of the original handler: text, chunks, speakers, plus language and warnings."""
+        """The response of the original handler: text, chunks, speakers, plus language and warnings;
+        with a diarizer, also its turns (overlap included), which `speakers` cannot show."""
         response: dict[str, Any] = {
             "text": self.text,
             "chunks": [
@@ -110,6 +119,8 @@ class Transcript:
             ],
             "speakers": [segment.to_dict() for segment in self.speakers],
         }
+        if self.diarized:
+            response["turns"] = [turn.to_dict() for turn in sorted_turns(self.turns)]
         if self.language is not None:
             response["language"] = self.language
         response["duration"] = round(self.duration_s, 3)
@@ -118,3 +129,9 @@ class Transcript:
         if self.warnings:
             response["warnings"] = list(self.warnings)
         return response
+
+
+def sorted_turns(turns: Sequence[SpeakerTurn]) -> list[SpeakerTurn]:
+    """Turns in the order every output lists them: by start, then end, then speaker (two speakers
+    may start at the same instant when they overlap)."""
+    return sorted(turns, key=lambda turn: (turn.start_s, turn.end_s, turn.speaker))

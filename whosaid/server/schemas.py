@@ -62,6 +62,12 @@ class TranscriptSpeakerSegment(BaseModel):
     timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
 
 
+class TranscriptTurn(BaseModel):
+    speaker: str
+    start: float = Field(description="seconds from the start of the audio")
+    end: float = Field(description="seconds from the start of the audio")
+
+
 class TranscriptResponse(BaseModel):
     """`Transcript.to_dict()`: the original handler's response (text, chunks, speakers) plus language,
     duration, decoding path and warnings. Fields the core leaves out are left out here too."""
@@ -70,6 +76,13 @@ class TranscriptResponse(BaseModel):
     chunks: list[TranscriptChunk]
     speakers: list[TranscriptSpeakerSegment] = Field(
         description="consecutive chunks by one speaker; empty without a diarization model"
+    )
+    turns: Optional[list[TranscriptTurn]] = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="with a diarization model: who spoke when, as the diarizer found it, sorted by "
+        "start; two turns may overlap where two speakers talk at once (the `speakers` segments give "
+        "each word to one speaker)",
     )
     language: Optional[str] = Field(default=None, exclude_if=_is_none)
     duration: float = Field(description="duration of the input audio in seconds")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
-from whosaid.audio import AudioInput, load_audio
+from whosaid.audio import AudioInput
 from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
-from whosaid.memory import RELEASE_AFTER_AUDIO_S, release_memory
+from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 from whosaid.results import Transcript
-from whosaid.server.errors import ApiError
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.metrics import Metrics
 from whosaid.server.state import EngineState
@@ -33,13 +32,11 @@ class TranscriptionService:
         state: EngineState,
         limiter: JobLimiter,
         metrics: Metrics,
-        max_audio_duration_s: float,
         time_budget: TimeBudget,
     ) -> None:
         self.state = state
         self.limiter = limiter
         self.metrics = metrics
-        self.max_audio_duration_s = max_audio_duration_s
         self.time_budget = time_budget
 
     def engine(self) -> Engine:
@@ -75,28 +72,34 @@ class TranscriptionService:
         listener: Optional[JobListener] = None,
     ) -> Transcript:
         started = time.perf_counter()
-        audio = load_audio(inputs, sampling_rate_hz=config.sampling_rate)
-        if audio.duration_s > self.max_audio_duration_s:
-            raise ApiError(
-                413,
-                "audio_too_long",
-                f"the audio lasts {audio.duration_s:.1f} s, longer than this server's limit of "
-                f"{self.max_audio_duration_s:g} s (MAX_AUDIO_DURATION_S); split it and send the parts",
-            )
+        with memory_released_on_failure():
+            transcript = self._decode_and_transcribe(engine, inputs, config, warnings, stop, listener)
+        self.metrics.observe_transcript(transcript, time.perf_counter() - started)
+        return transcript
+
+    def _decode_and_transcribe(
+        self,
+        engine: Engine,
+        inputs: AudioInput,
+        config: InferenceConfig,
+        warnings: Sequence[str],
+        stop: StopSignal,
+        listener: Optional[JobListener],
+    ) -> Transcript:
+        # Audio over MAX_AUDIO_DURATION_S is refused here (AudioTooLongError, 413), before the
+        # job's time budget starts or a stream sends its first byte.
+        audio = engine.load_audio(inputs, config)
         stop.start_budget(self.time_budget, audio.duration_s)
         if listener is not None:
             listener.accepted(audio.duration_s)
-        try:
-            transcript = engine.transcribe(
-                audio,
-                config,
-                warnings=warnings,
-                should_stop=stop,
-                on_text=listener.text if listener is not None else None,
-            )
-        finally:
-            if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
-                del audio
-                release_memory()
-        self.metrics.observe_transcript(transcript, time.perf_counter() - started)
+        transcript = engine.transcribe(
+            audio,
+            config,
+            warnings=warnings,
+            should_stop=stop,
+            on_text=listener.text if listener is not None else None,
+        )
+        if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
+            del audio
+            release_memory()
         return transcript

@@ -1,7 +1,8 @@
 """Settings of the HTTP server, read from environment variables (API_KEY, MAX_UPLOAD_MB, ...).
 
-Which models to load is `whosaid.config.ModelSettings`' business (ASR_MODEL, ...); these only
-govern the HTTP edge: who may call it, how much it accepts and how much work it takes on.
+Which models to load is `whosaid.config.ModelSettings`' business (ASR_MODEL, ...), and so is
+the longest audio (MAX_AUDIO_DURATION_S), which every edge enforces alike; these only govern the
+HTTP edge: who may call it, how large a body it accepts and how much work it takes on.
 """
 
 from __future__ import annotations
@@ -29,11 +30,6 @@ class ServerSettings(BaseSettings):
         gt=0,
         description="Largest request body in MiB (multipart or base64 overhead included); larger "
         "requests get 413. 25 MiB is OpenAI's own limit for audio uploads.",
-    )
-    max_audio_duration_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Longest decoded audio in seconds; longer audio gets 413 before inference.",
     )
     max_concurrent_jobs: int = Field(
         default=1,

@@ -8,7 +8,8 @@
 
 The deltas join into the done event's `text`, which is the non-streaming answer's `text`.
 Speaker labels need the whole recording (the diarizer runs after the last window), so segment
-events with speakers come after the last delta, just before `done`.
+events with speakers come after the last delta, just before `done`; they are diarized_json's
+segments, so they never overlap even where two speakers talk at once.
 
 The request is admitted like any other (auth, body limit, queue, time budget). Nothing is sent
 until the audio has been decoded and accepted: a request that fails before that (queue full,
