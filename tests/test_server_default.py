@@ -61,3 +61,24 @@ def test_impossible_speaker_counts_are_422(server: str, sample_wav: Path) -> Non
     response = transcribe(server, sample_wav.read_bytes(), response_format="rttm", num_speakers="60")
     assert response.status_code == 422, response.text
     assert "too few speech regions" in response.json()["error"]["message"]
+
+
+def test_overlapping_speech_of_a_real_meeting_end_to_end(server: str) -> None:
+    # A real AMI meeting snippet where two people talk at once for seconds.
+    audio = (Path(__file__).parent / "data" / "ami" / "ami_trn09.wav").read_bytes()
+    rttm = transcribe(server, audio, response_format="rttm")
+    assert rttm.status_code == 200, rttm.text
+    turns = [(float(f[3]), float(f[3]) + float(f[4]), f[7]) for f in (line.split() for line in rttm.text.splitlines())]
+    overlap_s = sum(
+        max(0.0, min(a[1], b[1]) - max(a[0], b[0])) for i, a in enumerate(turns) for b in turns[i + 1 :] if a[2] != b[2]
+    )
+    assert overlap_s >= 1.0, turns
+
+    diarized = transcribe(server, audio, response_format="diarized_json")
+    assert diarized.status_code == 200, diarized.text
+    body = diarized.json()
+    segments = body["segments"]
+    assert len({segment["speaker"] for segment in segments}) == 2
+    # Word attribution takes the exclusive view: every word once, in order, segments never overlap.
+    assert " ".join(" ".join(s["text"] for s in segments).split()) == " ".join(body["text"].split())
+    assert all(a["end"] <= b["start"] + 1e-3 for a, b in zip(segments, segments[1:], strict=False))
