@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional
 import requests
 
 from benchmarks.environment import REPO_ROOT, describe_machine, load_average, machine_info
-from benchmarks.local_server import LocalServer, free_port, wait_until_ready
+from benchmarks.local_server import LocalServer, free_port, memory_mb, wait_until_ready
 from benchmarks.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
 
@@ -51,12 +51,6 @@ def bomb_files() -> dict[str, list[tuple[str, bytes, str]]]:
         default.append((f"{bomb.name} 4 h 15 min", bomb.build(FOUR_HOURS_PLUS_S), bomb.media_type))
     default.append((ALL_OF_THE_UPLOAD, flac_bomb(UPLOAD_LIMIT_FLAC_S), "audio/flac"))
     return {f"MAX_AUDIO_DURATION_S={LOW_LIMIT_S:g}": low, "default limit": default}
-
-
-def memory_mb(pid: int) -> dict[str, float]:
-    with open(f"/proc/{pid}/status") as status:
-        fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
-    return {name: int(value.split()[0]) / 1024 for name, value in fields.items()}
 
 
 @contextlib.contextmanager

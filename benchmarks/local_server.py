@@ -20,6 +20,13 @@ SERVER_READY_TIMEOUT_S = 600  # model loading: seconds on a warm disk, minutes f
 SERVER_STOP_TIMEOUT_S = 30
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """A process's VmRSS (now) and VmHWM (peak) from /proc, in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
+    return {name: int(value.split()[0]) / 1024 for name, value in fields.items()}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -25,7 +25,8 @@ import av
 import numpy as np
 
 from benchmarks.clips import sample_samples
-from benchmarks.local_server import free_port, start_server, wait_until_ready
+from benchmarks.local_server import free_port, memory_mb, start_server, wait_until_ready
+from whosaid.audio import load_audio_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
@@ -34,15 +35,9 @@ MP3_BIT_RATE = 32_000  # a 45-minute meeting stays under the 25 MiB upload limit
 PAUSE_RANGE_S = (0.5, 4.0)
 
 
-def read_wav(path: Path) -> np.ndarray:
-    with av.open(str(path)) as container:
-        frames = [frame.to_ndarray().reshape(-1) for frame in container.decode(audio=0)]
-    return (np.concatenate(frames).astype(np.float32) / 32768.0).astype(np.float32)
-
-
 def build_meeting(minutes: float, seed: int = 0) -> np.ndarray:
     """The snippets in a fixed order, again and again, with pauses of random length between them."""
-    pieces = [read_wav(path) for path in sorted(AMI_DIR.glob("ami_*.wav"))] + [sample_samples()]
+    pieces = [load_audio_file(path).samples for path in sorted(AMI_DIR.glob("ami_*.wav"))] + [sample_samples()]
     rng = np.random.default_rng(seed)
     target = int(minutes * 60 * SAMPLE_RATE_HZ)
     parts, length, index = [], 0, 0
@@ -72,13 +67,6 @@ def encode_mp3(samples: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def peak_rss_mib(pid: int | str = "self") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc status")
-
-
 def words_once_in_order(text: str, segments: list[str]) -> bool:
     return " ".join(text.split()) == " ".join(" ".join(segments).split())
 
@@ -103,7 +91,7 @@ def through_server(mp3: bytes, duration_s: float) -> dict:
         )
         elapsed_s = time.monotonic() - started
         result = {"edge": "server", "status": response.status_code, "seconds": round(elapsed_s, 1)}
-        result["peak_rss_mib"] = round(peak_rss_mib(server.process.pid), 0)
+        result["peak_rss_mib"] = round(memory_mb(server.process.pid)["VmHWM"])
         if response.status_code != 200:
             result["body"] = response.text[:2000]
             return result
@@ -139,7 +127,7 @@ def through_handler(mp3: bytes, duration_s: float) -> dict:
         "status": 200,
         "seconds": round(elapsed_s, 1),
         "rtf": round(elapsed_s / duration_s, 4),
-        "peak_rss_mib": round(peak_rss_mib(), 0),
+        "peak_rss_mib": round(memory_mb(os.getpid())["VmHWM"]),
         "words_once_in_order": words_once_in_order(chunks_text, [s["text"] for s in response["speakers"]]),
         "speakers": sorted({s["speaker"] for s in response["speakers"]}),
         "segments": len(response["speakers"]),
