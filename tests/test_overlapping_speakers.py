@@ -121,6 +121,13 @@ def remote(wav_path: Path, url: str, output_format: str, output_dir: Path) -> st
 
 
 @pytest.mark.slow
+def transcribe(server: str, wav_path: Path, *, stream: bool = False, **form: str) -> requests.Response:
+    """The OpenAI route with the meeting; `stream` asks for server-sent events."""
+    data = {**PARAMETERS, **form, **({"stream": "true"} if stream else {})}
+    files = {"file": ("meeting.wav", wav_path.read_bytes())}
+    return requests.post(f"{server}/v1/audio/transcriptions", files=files, data=data, timeout=300, stream=stream)
+
+
 def test_the_exclusive_view_decides_the_words(transcript, conversation: Conversation, diarization: Diarization) -> None:
     assert transcript.turns == diarization.turns
     segments = transcript.speakers
@@ -160,13 +167,7 @@ def test_diarized_json_has_every_word_once_in_order(server: str, wav_path: Path,
 
 @pytest.mark.slow
 def test_verbose_json_words_and_segments_stay_exclusive(server: str, wav_path: Path, transcript) -> None:
-    with wav_path.open("rb") as audio:
-        response = requests.post(
-            f"{server}/v1/audio/transcriptions",
-            files={"file": ("meeting.wav", audio)},
-            data={**PARAMETERS, "response_format": "verbose_json", "timestamp_granularities[]": "word"},
-            timeout=300,
-        )
+    response = transcribe(server, wav_path, response_format="verbose_json", **{"timestamp_granularities[]": "word"})
     response.raise_for_status()
     answer = VerboseTranscription.model_validate(response.json())
     assert [w.word for w in answer.words or []] == [w.text.strip() for w in words_of(transcript)]
@@ -178,14 +179,7 @@ def test_verbose_json_words_and_segments_stay_exclusive(server: str, wav_path: P
 
 @pytest.mark.slow
 def test_streamed_segments_are_the_diarized_json_segments(server: str, wav_path: Path, transcript) -> None:
-    with wav_path.open("rb") as audio:
-        response = requests.post(
-            f"{server}/v1/audio/transcriptions",
-            files={"file": ("meeting.wav", audio)},
-            data={**PARAMETERS, "response_format": "diarized_json", "stream": "true"},
-            timeout=300,
-            stream=True,
-        )
+    with transcribe(server, wav_path, stream=True, response_format="diarized_json") as response:
         response.raise_for_status()
         lines = [line for line in response.iter_lines(decode_unicode=True) if line and line.startswith("data: ")]
     events = [json.loads(line[len("data: ") :]) for line in lines]

@@ -77,6 +77,8 @@ class TranscriptionService:
         self.metrics.observe_transcript(transcript, time.perf_counter() - started)
         return transcript
 
+    # A function of its own: when it raises, its frame (and the audio it holds) is finished, so
+    # memory_released_on_failure in _job can drop it.
     def _decode_and_transcribe(
         self,
         engine: Engine,
