@@ -7,7 +7,11 @@ to end (repeated as needed and cut to length), scored against their RTTM shifted
 (AMI speaker ids are global, so a person in two snippets is one speaker). DER: pyannote.metrics,
 no collar, overlapped speech scored, no speaker count given. Each clip runs in a fresh process
 after one warm-up run on the sample: the peak RSS (`ru_maxrss`) is that process's, model
-included. `--floor` adds the DER with reference (oracle) clustering of the same segmentation.
+included. `--floor` adds the DER with reference (oracle) clustering of the same segmentation. `--asr DIR`
+adds this project's speech recognition of the same clip in the same process (the Whisper model in
+DIR, float32, greedy with the beam fallback, batch 8, English, after its own warm-up), and the
+diarizer's time as a share of it, in CPU seconds (what other processes on a shared machine inflate
+least) and wall seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -77,7 +82,7 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float) -> 
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 
-def measure(seconds: int, threads: int, floor: bool) -> dict:
+def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) -> dict:
     import torch
 
     from whosaid.audio import Audio
@@ -105,7 +110,30 @@ def measure(seconds: int, threads: int, floor: bool) -> dict:
     }
     if floor:
         row["der_oracle_clustering"] = round(oracle_der(diarizer, audio, reference), 3)
+    if asr:
+        asr_wall_s, asr_cpu_s = time_asr(asr, audio, warm)
+        row.update(
+            asr_wall_s=round(asr_wall_s, 2),
+            asr_cpu_s=round(asr_cpu_s, 2),
+            share_cpu=round(cpu_s / asr_cpu_s, 3),
+            share_wall=round(wall_s / asr_wall_s, 3),
+        )
     return row
+
+
+def time_asr(model_dir: str, audio, warm: np.ndarray) -> tuple[float, float]:
+    """Wall and CPU seconds of this project's transcription of `audio` (no diarizer), after one
+    transcription of `warm`."""
+    from whosaid.audio import Audio
+    from whosaid.config import ModelSettings
+    from whosaid.engine import Engine
+
+    engine = Engine.from_settings(ModelSettings(asr_model=model_dir, diarization_model=None))
+    config, _ = engine.parse_parameters({"language": "en", "batch_size": 8})
+    engine.transcribe(Audio(warm), config)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    engine.transcribe(audio, config)
+    return time.perf_counter() - start, time.process_time() - start_cpu
 
 
 def oracle_der(diarizer, audio, reference) -> float:
@@ -134,19 +162,21 @@ def main() -> None:
     parser.add_argument("--clips", default="30,120,1200,3600", help="comma-separated clip lengths in seconds")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--floor", action="store_true", help="also the DER with reference clustering")
+    parser.add_argument("--asr", metavar="DIR", help="also time speech recognition with this Whisper model")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the worker: one clip, JSON out
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.one, args.threads, args.floor)))
+        print(json.dumps(measure(args.one, args.threads, args.floor, args.asr)))
         return
     print(
         "| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
         "| speakers (reference) |"
+        + (" ASR wall s | ASR CPU s | diarization ÷ ASR, CPU | ÷ ASR, wall |" if args.asr else "")
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.asr else ""))
     for seconds in [int(spec) for spec in args.clips.split(",")]:
         command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
-        command += ["--threads", str(args.threads)]
+        command += ["--threads", str(args.threads)] + (["--asr", args.asr] if args.asr else [])
         output = subprocess.run(
             command + (["--floor"] if args.floor else []),
             cwd=REPO,
@@ -159,7 +189,12 @@ def main() -> None:
         print(
             f"| {seconds} s | {row['wall_s']} | {row['cpu_s']} | {row['rtf']} | {row['s_per_min']} | "
             f"{row['peak_rss_mb']} | {row['der']} | {row.get('der_oracle_clustering', '')} | "
-            f"{row['speakers']} ({row['reference_speakers']}) |",
+            f"{row['speakers']} ({row['reference_speakers']}) |"
+            + (
+                f" {row['asr_wall_s']} | {row['asr_cpu_s']} | {row['share_cpu']} | {row['share_wall']} |"
+                if args.asr
+                else ""
+            ),
             flush=True,
         )
 

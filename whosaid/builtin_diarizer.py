@@ -45,10 +45,11 @@ class SpeakerEmbedding(Protocol):
 
 @dataclass(frozen=True)
 class BuiltinDiarizerOptions:
-    # Chunks of the segmentation model's 10 s start this far apart. pyannote's default, 1 s, costs
-    # ten segmentations and up to thirty embeddings per second of audio; every instant is still
-    # seen by four chunks at 2.5 s (benchmarks/README.md has the measured trade-off).
-    segmentation_step_s: float = 2.5
+    # Chunks of the segmentation model's 10 s start this far apart: every instant is seen by two
+    # chunks. pyannote's default, 1 s, costs ten segmentations and up to thirty embeddings per
+    # second of audio; the segmentation model's cost per chunk is fixed, so the step sets the
+    # diarizer's cost (benchmarks/README.md has the measured trade-off).
+    segmentation_step_s: float = 5.0
     segmentation_batch_size: int = 16
     embedding_batch_size: int = 16
     # A local speaker is embedded when it speaks at least this long in its chunk, alone where
@@ -202,6 +203,15 @@ class BuiltinDiarizer(Diarizer):
             SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
             min_duration_off=self.options.min_duration_off_s,
         )
+        if len(overlapping.labels()) < count.lowest:
+            # The hints asked for more speakers than won a frame: a speaker split off a voice ties
+            # with it on the frames they share (two chunks see each instant) and loses every tie.
+            # It wins its ties instead, so the count asked for is met where the clusters allow it.
+            mixin.favoured = sorted(set(range(int(hard_clusters.max()) + 1)) - set(overlapping.labels()))
+            overlapping = mixin.to_annotation(
+                SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
+                min_duration_off=self.options.min_duration_off_s,
+            )
         speakers_per_frame.data = np.minimum(speakers_per_frame.data, 1).astype(np.int8)
         exclusive = mixin.to_annotation(
             SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
@@ -281,10 +291,23 @@ def _shared(activity: np.ndarray, step_frames: float) -> np.ndarray:
 
 
 class _Reconstruction:
-    """What `SpeakerDiarization.reconstruct` needs of its pipeline: the mixin's `to_diarization`."""
+    """What `SpeakerDiarization.reconstruct` needs of its pipeline: the mixin's `to_diarization`,
+    where the `favoured` speakers win the frames on which their activity ties with another's."""
 
     def __init__(self) -> None:
         from pyannote.audio.pipelines.utils import SpeakerDiarizationMixin
 
-        self.to_diarization = SpeakerDiarizationMixin.to_diarization
+        self.favoured: list[int] = []
         self.to_annotation = SpeakerDiarizationMixin.to_annotation
+
+    def to_diarization(self, segmentations: Any, count: Any) -> Any:
+        from pyannote.audio.pipelines.utils import SpeakerDiarizationMixin
+        from pyannote.core import SlidingWindowFeature
+
+        if self.favoured:
+            # Activities are sums of 0/1 over the few chunks covering a frame: a factor this close
+            # to 1 decides ties and nothing else.
+            data = segmentations.data.copy()
+            data[:, :, self.favoured] *= 1.0 + 1e-3
+            segmentations = SlidingWindowFeature(data, segmentations.sliding_window)
+        return SpeakerDiarizationMixin.to_diarization(segmentations, count)
