@@ -7,14 +7,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import requests
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 #: Longest wait for the browser to start, or for one protocol command to answer.
 START_TIMEOUT_S = 30.0
@@ -24,12 +26,9 @@ COMMAND_TIMEOUT_S = 60.0
 class Page:
     """One tab: protocol commands over its websocket."""
 
-    def __init__(self, websocket_url: str) -> None:
-        self._socket = connect(websocket_url, max_size=None, open_timeout=START_TIMEOUT_S)
+    def __init__(self, socket: ClientConnection) -> None:
+        self._socket = socket
         self._next_id = 0
-
-    def close(self) -> None:
-        self._socket.close()
 
     def command(self, method: str, **params: Any) -> dict[str, Any]:
         self._next_id += 1
@@ -99,7 +98,7 @@ class Page:
             )
 
     def screenshot(self, path: Path) -> Path:
-        data = self.command("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        data = self.command("Page.captureScreenshot", format="png")["data"]  # what the window shows
         path.write_bytes(base64.b64decode(data))
         return path
 
@@ -128,7 +127,6 @@ def chromium(profile_dir: Path, *, width: int = 1100, height: int = 900) -> Iter
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group: ended together below
     )
-    page = None
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -138,25 +136,21 @@ def chromium(profile_dir: Path, *, width: int = 1100, height: int = 900) -> Iter
         port = int(port_file.read_text().split()[0])
         targets = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
         tab = next(target for target in targets if target["type"] == "page")
-        page = Page(tab["webSocketDebuggerUrl"])
-        page.command("Page.enable")
-        page.command("Runtime.enable")
-        yield page
+        with connect(tab["webSocketDebuggerUrl"], max_size=None, open_timeout=START_TIMEOUT_S) as socket:
+            page = Page(socket)
+            page.command("Page.enable")
+            page.command("Runtime.enable")
+            yield page
     finally:
-        if page is not None:
-            page.close()
         _end_process_group(process)
 
 
 def _end_process_group(process: subprocess.Popen) -> None:
-    import os
-    import signal
-
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+    finally:  # whatever of the group is left (renderers, a browser that ignored SIGTERM)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
