@@ -125,9 +125,7 @@ class AudioForm(BaseModel):
         if self.temperature > 0:
             warnings.append("temperature was ignored: decoding here is deterministic")
         if "word" in self.timestamp_granularities and not self.wants_words():
-            warnings.append(
-                "word timestamps come with response_format=verbose_json (or stream=true); they were not computed"
-            )
+            warnings.append("word timestamps come with response_format=verbose_json; they were not computed")
         return warnings
 
 
