@@ -164,5 +164,14 @@ def test_the_cli_writes_a_page_that_opens_from_disk(converted_model, sample_wav:
         page.click(target)
         start_s = view["segments"][segment]["words"][2][1]
         page.wait_for(f"Math.abs(document.querySelector('#audio').currentTime - {start_s}) < 0.01", timeout_s=10)
+        # The keyboard: a speaker's turn is a button; Enter on it plays from its start.
+        speaker = page.evaluate("document.querySelectorAll('.lane-label')[1].textContent")
+        turn = next(t for t in view["turns"] if t["speaker"] == speaker)
+        page.evaluate("document.querySelectorAll('.lane')[1].querySelector('.turn').focus()")
+        page.press_enter()
+        page.wait_for(
+            f"Math.abs(document.querySelector('#audio').currentTime - {turn['start']}) < 0.01", timeout_s=10,
+            what="the seek by keyboard",
+        )
         shown = page.evaluate("[...document.querySelectorAll('#transcript .text')].map(e => e.textContent).join(' ')")
         assert shown.split() == "".join(w[0] for w in words).split()

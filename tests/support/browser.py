@@ -91,11 +91,11 @@ class Page:
         for kind in ("mousePressed", "mouseReleased"):
             self.command("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
-    def press(self, key: str, code: str, key_code: int) -> None:
-        for kind in ("keyDown", "keyUp"):
-            self.command(
-                "Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=key_code
-            )
+    def press_enter(self) -> None:
+        """The Enter key, as a keyboard sends it to the focused element."""
+        self.command("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13,
+                     text="\r")
+        self.command("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
     def screenshot(self, path: Path) -> Path:
         data = self.command("Page.captureScreenshot", format="png")["data"]  # what the window shows

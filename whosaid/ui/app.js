@@ -50,7 +50,7 @@
     } catch (ignored) { /* not our JSON: the status says it */ }
     let text = "Error " + response.status + (code ? " (" + code + ")" : "") + ": " + message;
     const retry = response.headers.get("Retry-After");
-    if (retry) text += " Retry in " + retry + " s.";
+    if (retry) text += (/[.!?]$/.test(text) ? " " : ". ") + "Retry in " + retry + " s.";
     return { text, status: response.status };
   }
 
