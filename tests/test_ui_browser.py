@@ -165,3 +165,22 @@ def test_response_format_html_embeds_the_audio_on_request(server: str, sample_wa
     view = json.loads(data.text)
     assert {segment["speaker"] for segment in view["segments"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert "know you were there" in "".join(w[0] for segment in view["segments"] for w in segment["words"])
+
+
+def test_the_cli_writes_the_page_from_a_remote_server(server: str, sample_wav: Path, tmp_path: Path) -> None:
+    import html5lib
+
+    from whosaid.cli import main
+
+    audio = tmp_path / "calls" / "sample.wav"
+    audio.parent.mkdir()
+    audio.write_bytes(sample_wav.read_bytes())
+    out = tmp_path / "out"
+    argv = ["transcribe", "--url", server, "--api-key", API_KEY, "--no-progress", "-f", "html", "-o", str(out)]
+    assert main([*argv, str(audio)]) == 0
+    parser = html5lib.HTMLParser(strict=True)
+    document = parser.parse((out / "sample.html").read_text(encoding="utf-8"))
+    namespace = "{http://www.w3.org/1999/xhtml}"
+    # The page links the audio by its path from the page, as a local -f html does.
+    assert document.find(f"{namespace}body").get("data-audio") == "../calls/sample.wav"
+    assert document.find(f"{namespace}head/{namespace}title").text == "sample"
