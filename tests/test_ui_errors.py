@@ -37,7 +37,8 @@ def loading_server() -> Iterator[str]:
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
-    with chromium(tmp_path / "profile", width=420, height=900) as page:
+    with chromium(tmp_path / "profile") as page:
+        page.emulate_width(340)
         yield page
 
 
@@ -54,8 +55,9 @@ def test_errors_are_shown_as_the_api_gives_them(loading_server: str, page: Page,
     # No API key on this server: the form at once, no key asked.
     page.wait_for("!document.querySelector('#upload-form').hidden", timeout_s=10)
     assert page.evaluate("document.querySelector('#key-form').hidden") is True
-    # A narrow window: nothing wider than it.
-    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    # A phone's width: nothing wider than it.
+    assert page.evaluate("document.documentElement.clientWidth") == 340
+    assert page.evaluate("document.documentElement.scrollWidth") == 340
 
     big = tmp_path / "big.wav"
     big.write_bytes(encode(np.zeros(16_000 * 3, dtype=np.float32), 16_000, "wav"))  # 96 kB > 0.05 MB

@@ -97,6 +97,12 @@ class Page:
                      text="\r")
         self.command("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
+    def emulate_width(self, width_px: int, height_px: int = 800) -> None:
+        """A viewport narrower than a headless window can be (a phone's)."""
+        self.command(
+            "Emulation.setDeviceMetricsOverride", width=width_px, height=height_px, deviceScaleFactor=1, mobile=True
+        )
+
     def screenshot(self, path: Path) -> Path:
         data = self.command("Page.captureScreenshot", format="png")["data"]  # what the window shows
         path.write_bytes(base64.b64decode(data))

@@ -61,9 +61,18 @@
       this.drawTimeline();
       this.drawTranscript();
       this.drawDownloads();
-      this.audio.addEventListener("timeupdate", () => this.follow(this.audio.currentTime));
-      this.audio.addEventListener("seeked", () => this.follow(this.audio.currentTime));
+      this.onTime = () => this.follow(this.audio.currentTime);
+      this.audio.addEventListener("timeupdate", this.onTime);
+      this.audio.addEventListener("seeked", this.onTime);
       $("viewer").hidden = false;
+    }
+
+    // Before the next transcript takes the page: nothing of this one keeps listening.
+    dispose() {
+      this.audio.removeEventListener("timeupdate", this.onTime);
+      this.audio.removeEventListener("seeked", this.onTime);
+      if (this.observer) this.observer.disconnect();
+      if (this.audio.src.startsWith("blob:")) URL.revokeObjectURL(this.audio.src);
     }
 
     addSpeaker(speaker) {
@@ -282,6 +291,7 @@
 
   window.WhosaidViewer = {
     show(data, options) {
+      if (window.whosaidViewer) window.whosaidViewer.dispose();
       window.whosaidViewer = new Viewer(data, options || {});
       return window.whosaidViewer;
     },
