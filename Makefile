@@ -47,9 +47,9 @@ models: $(STAMP)
 
 # espeak-ng speaks the tests' conversations; FFmpeg's shared libraries let torchcodec (pyannote's
 # and the transformers pipeline's decoder) load. Installed when apt is usable (CI runs as root).
-SYSTEM_PACKAGES := espeak-ng libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
+SYSTEM_PACKAGES := espeak-ng chromium libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
 system-deps:
-	@{ command -v espeak-ng >/dev/null 2>&1 && ldconfig -p | grep -q libavdevice; } || \
+	@{ command -v espeak-ng >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 && ldconfig -p | grep -q libavdevice; } || \
 		{ command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 		  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; } || \
 		echo "warning: install $(SYSTEM_PACKAGES) (Debian 12 names) to run every test"

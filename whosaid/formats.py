@@ -1,5 +1,6 @@
-"""A Transcript in the output formats every edge offers: plain text, SubRip, WebVTT, RTTM, and
-the JSON shapes of OpenAI's audio API (json, verbose_json, diarized_json).
+"""A Transcript in the output formats every edge offers: plain text, SubRip, WebVTT, RTTM, the
+JSON shapes of OpenAI's audio API (json, verbose_json, diarized_json), and an HTML page that
+shows who spoke when (whosaid.ui).
 
 Pure functions on the core's typed result, shared by the server and the CLI. The JSON shapes are
 pydantic models so that the server can declare them as response models and tests can parse
@@ -16,11 +17,14 @@ from pydantic import BaseModel, Field
 from whosaid.results import Chunk, Transcript, sorted_turns
 
 Task = Literal["transcribe", "translate"]
-#: OpenAI's response formats plus RTTM (speaker turns, the diarization community's format).
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json", "rttm"]
+#: OpenAI's response formats plus RTTM (speaker turns, the diarization community's format) and
+#: html (one self-contained page: speakers' lanes, the transcript by speaker, the audio).
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json", "rttm", "html"]
 RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
 #: Formats that say who spoke: they need a transcript made with a diarization model.
 DIARIZED_FORMATS = frozenset({"diarized_json", "rttm"})
+#: Formats that show every word with its times: the request asks for word timestamps.
+WORD_FORMATS = frozenset({"html"})
 #: RTTM's file-id column cannot hold whitespace.
 _RTTM_UNSAFE = re.compile(r"\s+")
 
@@ -117,8 +121,10 @@ def render(
     *,
     task: Task = "transcribe",
     file_id: str = "audio",
+    audio_src: Optional[str] = None,
 ) -> Union[str, JsonFormatModel]:
-    """The transcript in `response_format`: a string for the text formats, a model for JSON."""
+    """The transcript in `response_format`: a string for the text formats, a model for JSON.
+    `audio_src`: html only, the audio the page plays (whosaid.ui.audio_source); None: no player."""
     if response_format == "json":
         return to_json(transcript)
     if response_format == "verbose_json":
@@ -133,6 +139,10 @@ def render(
         return to_vtt(transcript)
     if response_format == "rttm":
         return to_rttm(transcript, file_id=file_id)
+    if response_format == "html":
+        from whosaid.ui import html_transcript
+
+        return html_transcript(transcript, title=file_id, audio_src=audio_src)
     raise ValueError(f"unknown response format {response_format!r}; one of {', '.join(RESPONSE_FORMATS)}")
 
 

@@ -59,6 +59,8 @@ class RemoteOptions:
     retries: int = 3
     max_wait_s: float = 900.0
     read_timeout_s: float = 3600.0
+    #: html: the page links the audio by its path from the output ('link') or embeds it ('embed').
+    html_audio: str = "link"
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,12 @@ class RemoteTranscriber:
         parameters.pop("task", None)
         form = {name: str(value) for name, value in parameters.items()}
         form["response_format"] = self.options.output_format
-        files = {"file": (job.audio_path.name, data)}
+        filename = job.audio_path.name
+        if self.options.output_format == "html":
+            form["html_audio"] = self.options.html_audio
+            # The server links the audio by the name it was sent under: the path from the page.
+            filename = Path(os.path.relpath(job.audio_path, job.output_path.parent)).as_posix()
+        files = {"file": (filename, data)}
         return session.post(f"{url}/v1/audio/{route}", data=form, files=files, headers=headers, timeout=timeout)
 
     def _render(self, body: bytes) -> str:

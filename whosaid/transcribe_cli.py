@@ -2,7 +2,8 @@
 the same files sent to remote endpoints instead (whosaid.remote).
 
 Output formats: json (the full transcript, as POST / answers), verbose_json, diarized_json,
-text, srt, vtt, rttm (the last two of those need a diarization model). One file goes to stdout
+text, srt, vtt, rttm (the last two of those need a diarization model), html (one page that opens
+from disk: who spoke when, the transcript by speaker, the audio linked or embedded). One file goes to stdout
 as is; several go to stdout as JSON Lines (JSON formats, each object with a "file" key) or
 behind `==> FILE <==` headers (text formats), or with --output-dir to FILE_STEM.<ext> each (the
 audio files found under a DIR keep their folders below it). Outputs are written atomically, so
@@ -35,6 +36,7 @@ FORMAT_SUFFIXES = {
     "srt": ".srt",
     "vtt": ".vtt",
     "rttm": ".rttm",
+    "html": ".html",
 }
 JSON_FORMATS = ("json", "verbose_json", "diarized_json")
 #: Files taken from a DIR argument (containers PyAV's FFmpeg decodes).
@@ -53,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-f", "--format", default="json", choices=tuple(FORMAT_SUFFIXES), help="output format (default: json)"
+    )
+    parser.add_argument(
+        "--html-audio",
+        choices=("link", "embed"),
+        default="link",
+        help="-f html: link the audio by its path from the page (default), or embed it in the page",
     )
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE_STEM.<ext> here instead of stdout")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
@@ -122,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.url:
         return _run_remote(args, parameters)
+    if args.format == "html":  # the page shows every word with its times
+        parameters["return_timestamps"] = "word"
     try:
         settings = model_settings_from_args(args)
         if args.format in DIARIZED_FORMATS and not settings.diarization_model:
@@ -185,6 +195,7 @@ def _run_remote(args: argparse.Namespace, parameters: dict[str, Any]) -> int:
         concurrency=args.jobs,
         retries=args.retries,
         max_wait_s=args.max_wait_s,
+        html_audio=args.html_audio,
     )
     jobs = [FileJob(path, output_path(name, args.output_dir, args.format)) for path, name in args.output_names.items()]
     progress = tqdm(total=len(jobs), unit="file", file=sys.stderr, disable=True if args.no_progress else None)
@@ -263,14 +274,16 @@ def _progress_disabled(args: argparse.Namespace) -> Optional[bool]:
     return None if len(args.files) > 1 or total_bytes > LONG_INPUT_BYTES else True
 
 
-def render_output(transcript: "Transcript", output_format: str, *, task: str, file_id: str) -> str:
+def render_output(
+    transcript: "Transcript", output_format: str, *, task: str, file_id: str, audio_src: Optional[str] = None
+) -> str:
     """The transcript as the CLI writes it: `json` is the full transcript (POST /'s response),
     the other formats are whosaid.formats' (the OpenAI routes')."""
     from whosaid.formats import render
 
     if output_format == "json":
         return json.dumps(transcript.to_dict(), ensure_ascii=False, indent=2) + "\n"
-    rendered = render(transcript, output_format, task=task, file_id=file_id)  # type: ignore[arg-type]
+    rendered = render(transcript, output_format, task=task, file_id=file_id, audio_src=audio_src)  # type: ignore[arg-type]
     if isinstance(rendered, str):
         return rendered
     return rendered.model_dump_json(indent=2) + "\n"
@@ -278,7 +291,16 @@ def render_output(transcript: "Transcript", output_format: str, *, task: str, fi
 
 def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, many: bool, task: str) -> None:
     output_format = args.format
-    text = render_output(transcript, output_format, task=task, file_id=path.stem)
+    audio_src = None
+    if output_format == "html":
+        from whosaid.ui import audio_source
+
+        page_dir = Path()
+        if args.output_dir is not None:
+            page_dir = output_path(args.output_names[path], args.output_dir, output_format).parent
+        relative = Path(os.path.relpath(path, page_dir)).as_posix()
+        audio_src = audio_source(path.read_bytes() if args.html_audio == "embed" else b"", relative, args.html_audio)
+    text = render_output(transcript, output_format, task=task, file_id=path.stem, audio_src=audio_src)
     if args.output_dir is not None:
         from whosaid.remote import write_atomically
 

@@ -1,7 +1,9 @@
 """Optional bearer-token authentication (API_KEY).
 
 /health and /ready stay open: load balancers and orchestrators probe them without credentials,
-and they reveal nothing but liveness. Everything else needs the key, /metrics (traffic volumes;
+and they reveal nothing but liveness. So does the web page (/ui and its static files): a browser
+cannot send a bearer token when it opens a page; the page holds no data and asks for the key,
+which every call it makes then carries. Everything else needs the key, /metrics (traffic volumes;
 Prometheus sends it with `authorization: {credentials: <API_KEY>}`) and the API description
 (/docs, /redoc, /openapi.json) included.
 
@@ -22,7 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from whosaid.server.errors import ApiError, error_response
 
 #: Routes answered without the key.
-OPEN_PATHS = frozenset({"/health", "/ready"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/ui"})
+#: Path prefixes answered without the key: the web page's static files.
+OPEN_PREFIXES = ("/ui/",)
 
 # auto_error=False: a missing header must give our JSON 401, not FastAPI's own 403 body.
 _bearer = HTTPBearer(auto_error=False, description="the server's API_KEY, when one is set")
@@ -54,6 +58,7 @@ class ApiKeyMiddleware:
             self.api_key is None
             or scope["type"] != "http"
             or scope["path"] in OPEN_PATHS
+            or scope["path"].startswith(OPEN_PREFIXES)
             or scope["method"] == "OPTIONS"
         ):
             await self.app(scope, receive, send)

@@ -4,12 +4,15 @@
     ...                             (one per window batch with text, in order, as it finishes)
     event: transcript.text.segment  data: {"type": "transcript.text.segment", "id", "start",
                                            "end", "text", "speaker"}   (diarized_json only)
-    event: transcript.text.done     data: {"type": "transcript.text.done", "text": ...}
+    event: transcript.text.done     data: {"type": "transcript.text.done", "text": ...,
+                                           "view": {...}}   (with timestamp_granularities[]=word)
 
 The deltas join into the done event's `text`, which is the non-streaming answer's `text`.
 Speaker labels need the whole recording (the diarizer runs after the last window), so segment
 events with speakers come after the last delta, just before `done`; they are diarized_json's
-segments, so they never overlap even where two speakers talk at once.
+segments, so they never overlap even where two speakers talk at once. With word timestamps asked
+for, the done event also carries `view`, the transcript as the web page draws it (whosaid.ui's
+`view_data`: turns, and segments with their timed words), so the page needs no second request.
 
 The request is admitted like any other (auth, body limit, queue, time budget). Nothing is sent
 until the audio has been decoded and accepted: a request that fails before that (queue full,
@@ -35,6 +38,7 @@ from whosaid.formats import to_diarized_json
 from whosaid.results import Transcript
 from whosaid.server.errors import ApiError, ErrorDetail, ErrorResponse, core_error_status, error_type
 from whosaid.server.service import TranscriptionService
+from whosaid.ui import view_data
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,7 @@ async def stream_transcription(
     *,
     extra_warnings: Sequence[str],
     response_format: str,
+    view: bool = False,
 ) -> StreamingResponse:
     """Starts the job; returns the event stream once the audio is accepted (or raises the
     job's error, answered as a plain HTTP error, when it fails before that)."""
@@ -107,7 +112,7 @@ async def stream_transcription(
     if kind == _FINISHED:  # failed before the audio was accepted: the ordinary error answer
         await job
         raise AssertionError("a job finished without accepting its audio")
-    events = _events(job, queue, client_gone, diarized=response_format == "diarized_json")
+    events = _events(job, queue, client_gone, diarized=response_format == "diarized_json", view=view)
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -117,6 +122,7 @@ async def _events(
     client_gone: asyncio.Event,
     *,
     diarized: bool,
+    view: bool,
 ) -> AsyncIterator[str]:
     finished = False
     try:
@@ -130,7 +136,7 @@ async def _events(
                 yield _event("transcript.text.delta", {"type": "transcript.text.delta", "delta": value})
             elif kind == _FINISHED:
                 finished = True
-                for event in _final_events(job, diarized=diarized):
+                for event in _final_events(job, diarized=diarized, view=view):
                     yield event
                 return
     finally:
@@ -142,7 +148,7 @@ async def _events(
             job.add_done_callback(_forget_detached)
 
 
-def _final_events(job: "asyncio.Task[Transcript]", *, diarized: bool) -> list[str]:
+def _final_events(job: "asyncio.Task[Transcript]", *, diarized: bool, view: bool) -> list[str]:
     try:
         transcript = job.result()
     except (ApiError, WhosaidError) as error:
@@ -160,6 +166,8 @@ def _final_events(job: "asyncio.Task[Transcript]", *, diarized: bool) -> list[st
         done["languages"] = [{"code": code} for code in languages]
     if transcript.warnings:
         done["warnings"] = list(transcript.warnings)
+    if view:
+        done["view"] = view_data(transcript)
     events.append(_event("transcript.text.done", done))
     return events
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from whosaid.formats import (
     DIARIZED_FORMATS,
+    WORD_FORMATS,
     DiarizedTranscription,
     JsonTranscription,
     ResponseFormat,
@@ -34,6 +35,7 @@ from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
 from whosaid.server.service import TranscriptionService
 from whosaid.server.streaming import stream_transcription
+from whosaid.ui import HtmlAudio, audio_source
 
 router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
 
@@ -42,9 +44,10 @@ MEDIA_TYPES = {
     "srt": "application/x-subrip",
     "vtt": "text/vtt",
     "rttm": "text/plain",
+    "html": "text/html",
 }
 _TEXT_RESPONSES = {
-    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text; "
+    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text; html as a page; "
     "with stream=true, server-sent events (transcript.text.delta, transcript.text.segment, transcript.text.done)",
     "content": {
         media_type: {"schema": {"type": "string"}}
@@ -66,7 +69,13 @@ class AudioForm(BaseModel):
     )
     response_format: ResponseFormat = Field(
         default="json",
-        description="json, text, srt, vtt, verbose_json; diarized_json and rttm need a diarization model",
+        description="json, text, srt, vtt, verbose_json, html (a page that plays the audio); "
+        "diarized_json and rttm need a diarization model",
+    )
+    html_audio: HtmlAudio = Field(
+        default="link",
+        description="html only: 'link' plays the file by its name, beside the saved page; "
+        "'embed' puts the audio inside",
     )
     temperature: float = Field(
         default=0.0, ge=0, le=1, description="decoding is deterministic: other values are ignored with a warning"
@@ -74,7 +83,8 @@ class AudioForm(BaseModel):
     timestamp_granularities: list[Literal["word", "segment"]] = Field(
         default_factory=list,
         alias="timestamp_granularities[]",
-        description="segment timestamps are always given; 'word' adds `words` to verbose_json",
+        description="segment timestamps are always given; 'word' adds `words` to verbose_json, "
+        "and with stream=true the viewer's transcript (`view`) to the done event",
     )
     stream: bool = Field(
         default=False,
@@ -106,7 +116,9 @@ class AudioForm(BaseModel):
         return {name: value for name, value in values.items() if value is not None}
 
     def wants_words(self) -> bool:
-        return "word" in self.timestamp_granularities and self.response_format == "verbose_json"
+        if self.response_format in WORD_FORMATS:
+            return True
+        return "word" in self.timestamp_granularities and (self.response_format == "verbose_json" or self.stream)
 
     def ignored(self) -> list[str]:
         warnings = []
@@ -173,6 +185,7 @@ async def _respond(request: Request, form: AudioForm, service: TranscriptionServ
             form.parameters(task),
             extra_warnings=form.ignored(),
             response_format=form.response_format,
+            view=form.wants_words(),
         )
     transcript = await service.transcribe(
         data,
@@ -180,8 +193,12 @@ async def _respond(request: Request, form: AudioForm, service: TranscriptionServ
         extra_warnings=form.ignored(),
         is_disconnected=request.is_disconnected,
     )
-    file_id = Path(form.file.filename or "").stem or "audio"
-    rendered = render(transcript, form.response_format, task=task, file_id=file_id)
+    filename = form.file.filename or "audio"
+    file_id = Path(filename).stem or "audio"
+    # html: the page links the file by the name it was sent under (a client may send the path
+    # from where it saves the page to the audio), or embeds it.
+    audio_src = audio_source(data, filename, form.html_audio) if form.response_format == "html" else None
+    rendered = render(transcript, form.response_format, task=task, file_id=file_id, audio_src=audio_src)
     if isinstance(rendered, str):
         return PlainTextResponse(rendered, media_type=MEDIA_TYPES[form.response_format])
     return JSONResponse(rendered.model_dump(mode="json"))
