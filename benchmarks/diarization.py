@@ -69,7 +69,8 @@ def build_clip(seconds: int) -> tuple[np.ndarray, list[tuple[float, float, str]]
     return samples, [(s, min(e, seconds), who) for s, e, who in reference if s < seconds]
 
 
-def der(reference: list[tuple[float, float, str]], turns, duration_s: float) -> float:
+def der(reference: list[tuple[float, float, str]], turns, duration_s: float, metric=None) -> float:
+    """DER of `turns` on [0, duration_s]; `metric` accumulates over files when given."""
     from pyannote.core import Annotation, Segment, Timeline
     from pyannote.metrics.diarization import DiarizationErrorRate
 
@@ -78,7 +79,7 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float) -> 
         ref[Segment(start_s, end_s)] = speaker
     for turn in turns:
         hyp[Segment(turn.start_s, turn.end_s)] = turn.speaker
-    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
+    metric = metric if metric is not None else DiarizationErrorRate(collar=0.0, skip_overlap=False)
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 

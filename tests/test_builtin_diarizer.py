@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.threads import torch_threads
 from whosaid.audio import Audio, load_audio_file
-from whosaid.builtin_diarizer import BuiltinDiarizer
+from whosaid.builtin_diarizer import BuiltinDiarizer, BuiltinDiarizerOptions
 from whosaid.config import ModelSettings
 from whosaid.diarization import Diarizer
 from whosaid.errors import InvalidParametersError
@@ -118,7 +118,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: Built
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
     # benchmarks/README.md has the per-file figures and the floor of this segmentation.
-    assert abs(metric) <= 0.29, per_file
+    assert abs(metric) <= 0.28, per_file
 
 
 def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference) -> None:
@@ -128,7 +128,7 @@ def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_
     # The sample holds 1.9 s of overlapped speech: the overlap-aware turns find some of it.
     assert overlap_s(diarization.turns) >= 0.5
     assert overlap_s(diarization.exclusive_turns) == 0.0
-    assert score(new_metric(), sample_reference, diarization.turns, sample_audio.duration_s) <= 0.07
+    assert score(new_metric(), sample_reference, diarization.turns, sample_audio.duration_s) <= 0.06
 
 
 @pytest.mark.parametrize(
@@ -147,6 +147,18 @@ def test_speaker_hints_are_honoured(diarizer: BuiltinDiarizer, sample_audio: Aud
     assert len(speakers_of(diarization.turns)) == expected
     if expected == 1:
         assert overlap_s(diarization.turns) == 0.0
+
+
+def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+    # Chunks every 5 s: two chunks see each instant, and the third speaker asked for, split off
+    # one of the sample's two voices, ties with that voice on every frame it holds.
+    options = BuiltinDiarizerOptions(segmentation_step_s=5.0)
+    sparse = BuiltinDiarizer(diarizer.segmentation_model, diarizer.embedding, options)
+    for hints in ({"num_speakers": 3}, {"min_speakers": 3}):
+        diarization = sparse.diarize(sample_audio, hints)
+        assert_well_formed(diarization, sample_audio.duration_s)
+        assert speakers_of(diarization.turns) == {"SPEAKER_00", "SPEAKER_01", "SPEAKER_02"}
+    assert len(speakers_of(sparse.diarize(sample_audio, {}).turns)) == 2
 
 
 @pytest.mark.parametrize("hints", [{"num_speakers": 5}, {"min_speakers": 5}, {"min_speakers": 4, "max_speakers": 6}])
@@ -238,8 +250,8 @@ def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, th
         bounded = cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(at_most=1))
     assert clusters.max() + 1 == 2
     assert bounded.max() + 1 == 1
-    # The count holds on either side of the threshold (0.85; the plateau is 0.8-0.95 here).
-    for threshold in (0.8, 0.9):
+    # The two voices are far apart: the count holds well away from the threshold.
+    for threshold in (0.7, 0.8, 0.9):
         options = ClusteringOptions(threshold=threshold)
         assert cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(), options).max() + 1 == 2
 

@@ -45,11 +45,11 @@ class SpeakerEmbedding(Protocol):
 
 @dataclass(frozen=True)
 class BuiltinDiarizerOptions:
-    # Chunks of the segmentation model's 10 s start this far apart: every instant is seen by two
-    # chunks. pyannote's default, 1 s, costs ten segmentations and up to thirty embeddings per
-    # second of audio; the segmentation model's cost per chunk is fixed, so the step sets the
-    # diarizer's cost (benchmarks/README.md has the measured trade-off).
-    segmentation_step_s: float = 5.0
+    # Chunks of the segmentation model's 10 s start this far apart. pyannote's default, 1 s, costs
+    # ten segmentations and up to thirty embeddings per second of audio; every instant is still
+    # seen by four chunks at 2.5 s. The model's cost per chunk is fixed, so the step sets the
+    # segmentation's cost (benchmarks/README.md has the measured trade-off).
+    segmentation_step_s: float = 2.5
     segmentation_batch_size: int = 16
     embedding_batch_size: int = 16
     # A local speaker is embedded when it speaks at least this long in its chunk, alone where
@@ -205,8 +205,8 @@ class BuiltinDiarizer(Diarizer):
         )
         if len(overlapping.labels()) < count.lowest:
             # The hints asked for more speakers than won a frame: a speaker split off a voice ties
-            # with it on the frames they share (two chunks see each instant) and loses every tie.
-            # It wins its ties instead, so the count asked for is met where the clusters allow it.
+            # with it on the frames they share (the fewer chunks see each instant, the more often)
+            # and may lose every tie. It wins its ties instead, so the count asked for is met.
             mixin.favoured = sorted(set(range(int(hard_clusters.max()) + 1)) - set(overlapping.labels()))
             overlapping = mixin.to_annotation(
                 SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
