@@ -139,30 +139,26 @@ class SpeechRecognizer:
         config: InferenceConfig,
         *,
         should_stop: Optional[StopSignal] = None,
-        on_batch: Optional[Callable[[Sequence[Span]], None]] = None,
+        on_window: Optional[Callable[[Sequence[Span]], None]] = None,
     ) -> AsrOutput:
         """`should_stop` is checked before each window batch: a job stopped there (time budget
         spent, client gone, shutdown) raises its JobStoppedError and frees the models.
-        `on_batch` gets each batch's spans as it finishes, in order (streamed responses)."""
+        `on_window` gets each window's spans (none for a silent window) once its batch is
+        decoded, in order (streamed responses, progress); the first batch is one window
+        (window_batches), so the first text comes after one window's decoding."""
         options = self.decoding_options(config)
         language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
         windows = self._windows(audio, config.chunk_length_s, multilingual=options.multilingual)
         batch_size = 1 if assisted else config.effective_batch_size
-        batches = [windows[first : first + batch_size] for first in range(0, len(windows), batch_size)]
-        if options.initial_prompt and len(batches[0] if batches else ()) > 1:
-            # The prompt conditions the first window only: it is decoded on its own.
-            batches = [windows[:1]] + [
-                windows[first : first + batch_size] for first in range(1, len(windows), batch_size)
-            ]
         spans: list[Span] = []
         warnings: list[str] = []
-        for number, batch in enumerate(batches):
+        for number, batch in enumerate(window_batches(windows, batch_size)):
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
             try:
-                batch_spans, language, batch_warnings = self._transcribe_windows(
+                window_spans, language, batch_warnings = self._transcribe_windows(
                     audio, batch, language, options, previous, assistant=self.assistant if assisted else None
                 )
             except WhosaidError:
@@ -175,10 +171,11 @@ class SpeechRecognizer:
                 raise InferenceError(
                     f"speech recognition failed in {_span_name(batch)}: {type(error).__name__}: {error}"
                 ) from error
-            spans += batch_spans
             warnings += batch_warnings
-            if on_batch is not None:
-                on_batch(batch_spans)
+            for one_window_spans in window_spans:
+                spans += one_window_spans
+                if on_window is not None:
+                    on_window(one_window_spans)
         return AsrOutput(
             chunks=clean_chunks(spans, audio.duration_s),
             language=language or self._default_language(),
@@ -189,6 +186,7 @@ class SpeechRecognizer:
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
             return self.vad.windows(audio.samples, max_window_s)
+
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
         for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
@@ -273,13 +271,14 @@ class SpeechRecognizer:
         previous: Sequence[int] = (),
         *,
         assistant: Any = None,
-    ) -> tuple[list[Span], Optional[str], list[str]]:
+    ) -> tuple[list[list[Span]], Optional[str], list[str]]:
         """Greedy tokens for each window (the lean batched loop, or speculative decoding with
         `assistant`), conditioned on `previous` text tokens, beam search where Whisper's checks
-        fail, silence dropped, words timed when `options` asks. Returns the spans on the audio's
-        time line, the language (detected on the first window when unknown and kept, unless
-        `options.multilingual` detects each window's own) and a warning for each window still
-        looping after beam search, whose text is cut at its last good segment."""
+        fail, silence dropped, words timed when `options` asks. Returns each window's spans on the
+        audio's time line (none for a silent window), the language (detected on the first window
+        when unknown and kept, unless `options.multilingual` detects each window's own) and a
+        warning for each window still looping after beam search, whose text is cut at its last
+        good segment."""
         import torch
 
         task = options.task
@@ -352,16 +351,18 @@ class SpeechRecognizer:
                     [languages[index] for index in speech],
                 )
                 words.update(zip(speech, timed, strict=True))
-        spans = [
-            (
-                segment.start_s,
-                segment.end_s,
-                self.text(segment.tokens),
-                segment_words,
-                languages[index] or self._default_language(),
-            )
-            for index in speech
-            for segment, segment_words in words[index]
+        spans: list[list[Span]] = [
+            [
+                (
+                    segment.start_s,
+                    segment.end_s,
+                    self.text(segment.tokens),
+                    segment_words,
+                    languages[index] or self._default_language(),
+                )
+                for segment, segment_words in words.get(index, ())
+            ]
+            for index in range(len(windows))
         ]
         return spans, language, warnings
 
@@ -446,6 +447,16 @@ class SpeechRecognizer:
             end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
             segments.append(SegmentTokens(tuple(text_tokens), start, end))
         return segments
+
+
+def window_batches(windows: Sequence[SpeechWindow], batch_size: int) -> list[Sequence[SpeechWindow]]:
+    """The windows in decoding order: the first on its own (its text comes after one window's
+    decoding, which is what a stream or a progress display waits for first, and an initial
+    prompt conditions it alone), then `batch_size` at a time. Streamed or not, a request decodes
+    the same batches, so a stream's text is the non-streamed answer's."""
+    if not windows:
+        return []
+    return [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
 
 
 def _span_name(windows: Sequence[SpeechWindow]) -> str:
