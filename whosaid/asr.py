@@ -32,7 +32,7 @@ from whosaid.device import is_out_of_memory
 from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
 from whosaid.model_loading import load_assistant, load_whisper
 from whosaid.results import Chunk, Word
-from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
+from whosaid.vad import JOINED_WINDOW_PAUSE_S, SpeechWindow, VoiceActivityDetector, plan_joined_windows, plan_windows
 from whosaid.word_timing import SegmentTokens, WordTimer
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class SpeechRecognizer:
         fallback: FallbackOptions = FallbackOptions(),
         language_switch_pause_s: float = LANGUAGE_SWITCH_PAUSE_S,
         assisted_max_duration_s: float = 0.0,
+        window_pause_s: Optional[float] = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -79,6 +80,8 @@ class SpeechRecognizer:
         self.language_switch_pause_s = language_switch_pause_s
         # The longest audio 'auto' assists (whosaid.assistant.assisted_max_duration_s).
         self.assisted_max_duration_s = assisted_max_duration_s
+        # None: contiguous windows, pauses kept; else speech joined, pauses cut to this (vad.py).
+        self.window_pause_s = window_pause_s
         self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
@@ -96,7 +99,8 @@ class SpeechRecognizer:
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)
         max_duration_s = assisted_max_duration_s(settings, model.device.type)
-        return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s)
+        pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
+        return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
 
     def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
         """This recognizer's models with other fallback options (nothing is loaded again)."""
@@ -108,6 +112,7 @@ class SpeechRecognizer:
             fallback=fallback,
             language_switch_pause_s=self.language_switch_pause_s,
             assisted_max_duration_s=self.assisted_max_duration_s,
+            window_pause_s=self.window_pause_s,
         )
 
     @property
@@ -185,16 +190,22 @@ class SpeechRecognizer:
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
-            return self.vad.windows(audio.samples, max_window_s)
+            return self.vad.windows(audio.samples, max_window_s, pause_s=self.window_pause_s)
+        pause_s = self.window_pause_s
+
+        def plan(regions: Sequence[tuple[float, float]]) -> list[SpeechWindow]:
+            if pause_s is None:
+                return plan_windows(regions, max_window_s)
+            return plan_joined_windows(regions, max_window_s, pause_s)
 
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
         for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
             if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
-                windows += plan_windows(group, max_window_s)
+                windows += plan(group)
                 group = []
             group.append(region)
-        return windows + plan_windows(group, max_window_s)
+        return windows + plan(group)
 
     def previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
         """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
@@ -346,11 +357,14 @@ class SpeechRecognizer:
                     # Aligned without the previous text, as openai/whisper does.
                     [self.decoder.prompt(languages[index], task) for index in speech],
                     [segments[index] for index in speech],
-                    [windows[index].start_s for index in speech],
+                    [windows[index].offset_s for index in speech],
                     [len(windows[index].samples(audio.samples)) for index in speech],
                     [languages[index] for index in speech],
                 )
                 words.update(zip(speech, timed, strict=True))
+            for index in speech:
+                if windows[index].joined:
+                    words[index] = _to_audio_times(windows[index], words[index])
         spans: list[list[Span]] = [
             [
                 (
@@ -375,8 +389,8 @@ class SpeechRecognizer:
         )
         if not kept:
             return f"{problem}; its text was left out"
-        kept_s = window.start_s + (kept[-1] - self.decoder.timestamp_begin) * WHISPER_TIME_PRECISION_S
-        kept_s = min(kept_s, window.end_s)
+        kept_s = window.offset_s + (kept[-1] - self.decoder.timestamp_begin) * WHISPER_TIME_PRECISION_S
+        kept_s = window.to_audio_s(min(kept_s, window.end_offset_s), is_end=True)
         return f"{problem}; its text after {kept_s:.1f} s was left out"
 
     def _prompt_groups(
@@ -439,14 +453,33 @@ class SpeechRecognizer:
         return is_repetitive(self.text(tokens), self.fallback)
 
     def segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
-        """A window's segments on the audio's time line. Whisper's timestamps count from the
+        """A window's segments, on the audio's time line for a contiguous window, on its own for
+        a joined one (mapped back once its words are timed). Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
         segments = []
+        end_offset_s = window.end_offset_s
         for start_s, end_s, text_tokens in split_segments(tokens, self.decoder.timestamp_begin):
-            start = min(window.start_s + (start_s or 0.0), window.end_s)
-            end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
+            start = min(window.offset_s + (start_s or 0.0), end_offset_s)
+            end = end_offset_s if end_s is None else min(window.offset_s + end_s, end_offset_s)
             segments.append(SegmentTokens(tuple(text_tokens), start, end))
         return segments
+
+
+def _to_audio_times(
+    window: SpeechWindow, segments: Sequence[tuple[SegmentTokens, tuple[Word, ...]]]
+) -> list[tuple[SegmentTokens, tuple[Word, ...]]]:
+    """A joined window's segments and words moved from its own times to the audio's."""
+    moved = []
+    for segment, words in segments:
+        start_s = window.to_audio_s(segment.start_s, is_end=False)
+        end_s = max(window.to_audio_s(segment.end_s, is_end=True), start_s)
+        moved_words = []
+        for word in words:
+            word_start_s = window.to_audio_s(word.start_s, is_end=False)
+            word_end_s = max(window.to_audio_s(word.end_s, is_end=True), word_start_s)
+            moved_words.append(Word(word.text, round(word_start_s, 3), round(word_end_s, 3), word.probability))
+        moved.append((SegmentTokens(segment.tokens, round(start_s, 3), round(end_s, 3)), tuple(moved_words)))
+    return moved
 
 
 def window_batches(windows: Sequence[SpeechWindow], batch_size: int) -> list[Sequence[SpeechWindow]]:
