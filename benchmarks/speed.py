@@ -45,7 +45,7 @@ from benchmarks.clips import Clip, build_clip
 from benchmarks.environment import REPO_ROOT, add_omp_wait_policy_argument, machine_info, usable_cpus
 from benchmarks.report import RESULTS_DIR, SMOKE_RESULTS_DIR, fmt, fmt_load, write_results
 from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, ASSISTED_IMPLEMENTATIONS, Job
-from benchmarks.speed_report import headline_ratios, render_markdown, score
+from benchmarks.speed_report import added_mib, headline_ratios, render_markdown, score
 from benchmarks.speed_worker import measure_interleaved
 
 DEFAULT_MODEL = "whisper-base"
@@ -207,7 +207,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             else:
                 print(
                     f"  {job.implementation}: median {row['median_s']:.2f} s, RTF {row['rtf']:.3f}, "
-                    f"peak {row['peak_rss_mib']:.0f} MiB, WER {fmt(row.get('wer'), 3)}, "
+                    f"peak {row['peak_rss_mib']:.0f} MiB (added {fmt(added_mib(row), 0)}), "
+                    f"WER {fmt(row.get('wer'), 3)}, "
                     f"load {fmt_load(row['load_average_before'])}",
                     file=sys.stderr,
                 )

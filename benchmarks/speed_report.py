@@ -73,6 +73,16 @@ def ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[
     return numerator / denominator
 
 
+def added_mib(row: dict[str, Any]) -> Optional[float]:
+    """What running the clips added to the process once its model was loaded: peak RSS minus
+    the RSS right after loading. It leaves out what both systems pay before any work (the
+    interpreter, `import torch`, the weights), which a peak RSS ratio mixes in."""
+    peak, loaded = row.get("peak_rss_mib"), row.get("rss_after_load_mib")
+    if peak is None or loaded is None:
+        return None
+    return peak - loaded
+
+
 def headline_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For each clip and each of COMPARISONS measured: this project's median time and peak memory
     divided by the baseline's, with both WERs."""
@@ -93,6 +103,7 @@ def headline_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "comparison": comparison,
                     "time_ratio": ratio(ours["median_s"], theirs["median_s"]),
                     "memory_ratio": ratio(ours.get("peak_rss_mib"), theirs.get("peak_rss_mib")),
+                    "added_memory_ratio": ratio(added_mib(ours), added_mib(theirs)),
                     "wer": ours.get("wer"),
                     "baseline_wer": theirs.get("wer"),
                 }
@@ -113,7 +124,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"(OMP_WAIT_POLICY {settings.get('omp_wait_policy', 'default')}), the implementations of a clip "
         "run in turn, one run each per round, so that they meet the same load. "
         "RTF = wall time / audio duration (below 1 is faster than real time). Peak RSS = the "
-        "process's VmHWM (model, runtime and decoding). WER: lowercase, punctuation removed, "
+        "process's VmHWM (model, runtime and decoding); added MiB = peak RSS minus the RSS once "
+        "the model was loaded, what the runs themselves added. WER: lowercase, punctuation removed, "
         "against sample.stm (repeated for repeated clips). Load average (1/5/15 min) as the "
         "process started: this machine is shared, so read the times with it.",
         "",
@@ -132,6 +144,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 "min–max s",
                 "RTF",
                 "peak RSS MiB",
+                "added MiB",
                 "load s",
                 "WER",
                 "load avg",
@@ -155,6 +168,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                     f"{row['min_s']:.2f}–{row['max_s']:.2f}" if "min_s" in row else "failed",
                     fmt(row.get("rtf"), 3),
                     fmt(row.get("peak_rss_mib"), 0),
+                    fmt(added_mib(row), 0),
                     fmt(row.get("load_s"), 1),
                     fmt(row.get("wer"), 3),
                     fmt_load(row.get("load_average_before")),
@@ -178,6 +192,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                     "compared at",
                     "time ratio",
                     "peak memory ratio",
+                    "added memory ratio",
                     "WER",
                     "baseline WER",
                 ],
@@ -189,6 +204,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                         r["comparison"],
                         fmt(r["time_ratio"]),
                         fmt(r["memory_ratio"]),
+                        fmt(r.get("added_memory_ratio")),
                         fmt(r["wer"], 3),
                         fmt(r["baseline_wer"], 3),
                     ]

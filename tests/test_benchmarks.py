@@ -171,3 +171,20 @@ def test_runner_against_a_real_server(tmp_path: Path) -> None:
     table = (tmp_path / "k6-latest.md").read_text()
     assert "| short_not_assisted | 8 |" in table and "skipped: the server refused an assisted request: HTTP 4" in table
     assert (tmp_path / "k6-latest.png").stat().st_size > 0
+
+
+def test_added_memory_is_the_peak_over_the_rss_after_loading() -> None:
+    from benchmarks.speed_report import added_mib, headline_ratios
+
+    ours = {
+        "clip": "30", "implementation": "whosaid", "median_s": 2.0,
+        "peak_rss_mib": 1300.0, "rss_after_load_mib": 1000.0,
+    }
+    theirs = {
+        "clip": "30", "implementation": "faster-whisper-fp32-greedy", "median_s": 2.5,
+        "peak_rss_mib": 800.0, "rss_after_load_mib": 400.0,
+    }
+    assert added_mib(ours) == 300.0 and added_mib({"peak_rss_mib": 5.0}) is None
+    (ratio,) = headline_ratios([ours, theirs])
+    assert ratio["memory_ratio"] == 1300.0 / 800.0 and ratio["added_memory_ratio"] == 0.75
+    assert ratio["time_ratio"] == 0.8

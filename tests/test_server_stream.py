@@ -16,7 +16,10 @@ from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process, threaded_server, wait_until
+from whosaid.asr import window_batches
+from whosaid.audio import load_audio_file
 from whosaid.server import ServerSettings, create_app
+from whosaid.vad import SpeechWindow, VoiceActivityDetector
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +87,46 @@ def test_deltas_arrive_while_the_job_runs_and_join_into_the_non_streaming_text(
     assert "".join(deltas) == done.text == answer.text
     assert "know you were there" in done.text  # real weights, real words
     assert [language.code for language in done.languages] == ["en"]
+
+
+def test_a_long_recording_streams_a_delta_per_window_the_first_one_alone(server: str, client: OpenAI) -> None:
+    """Five AMI snippets end to end (2.5 minutes, five windows), the default batch size: the
+    first window is decoded on its own, so its text is the first delta, sent while the rest is
+    still being decoded; every window then has a delta of its own, and they join into the
+    non-streamed text. The non-streamed segments (which carry times) show what the first covers."""
+    names = ("trn00", "trn03", "trn05", "trn06", "trn09")  # the snippets with the most speech
+    snippets = [load_audio_file(Path(__file__).parent / "data" / "ami" / f"ami_{name}.wav") for name in names]
+    samples = np.concatenate([snippet.samples for snippet in snippets])
+    windows = VoiceActivityDetector.load().windows(samples, 30.0)
+    assert len(windows) == 5 and samples.size / 16_000 >= 120
+    meeting = ("meeting.flac", encode(samples, 16_000, "flac"))
+    running_at_first_delta = None
+    events = []
+    for event in client.audio.transcriptions.create(
+        model="whisper-1", file=meeting, stream=True, extra_body={"language": "en"}
+    ):
+        if running_at_first_delta is None:
+            running_at_first_delta = metric(server, "whosaid_jobs_running")
+        events.append(event)
+    answer = client.audio.transcriptions.create(
+        model="whisper-1", file=meeting, response_format="verbose_json", extra_body={"language": "en"}
+    )
+
+    deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
+    assert events[-1].type == "transcript.text.done" and "".join(deltas) == events[-1].text == answer.text
+    assert running_at_first_delta == 1
+    # One delta per window: every window of these meetings holds words.
+    assert len(deltas) == len(windows)
+    first_window = "".join(segment.text for segment in answer.segments if segment.start < windows[0].end_s)
+    assert deltas[0] == first_window.strip()
+
+
+def test_the_first_window_is_decoded_alone_then_full_batches() -> None:
+    windows = [SpeechWindow(30.0 * n, 30.0 * n + 29.0) for n in range(6)]
+    assert [len(batch) for batch in window_batches(windows, 24)] == [1, 5]
+    assert [len(batch) for batch in window_batches(windows, 2)] == [1, 2, 2, 1]
+    assert [batch[0] for batch in window_batches(windows, 4)] == [windows[0], windows[1], windows[5]]
+    assert window_batches([], 24) == []
 
 
 def test_diarized_stream_sends_the_speaker_segments_of_the_non_streaming_answer(

@@ -19,6 +19,7 @@ from whosaid import model_options
 from whosaid.cli import main
 from whosaid.errors import ModelLoadError
 from whosaid.server.schemas import TranscriptResponse
+from whosaid.transcribe_cli import PROGRESS_TEXT_CHARS, text_progress
 
 
 @pytest.fixture(autouse=True)
@@ -184,3 +185,19 @@ def test_a_folder_keeps_its_subfolders_and_resume_skips_finished_outputs(
     assert (out / "tuesday" / "call.txt").read_text().strip()
     status, _, err = run_cli(capsys, str(folder), "--asr-model", str(tiny), "--resume")
     assert status == 2 and "--resume needs --output-dir" in err
+
+
+def test_the_progress_bar_shows_the_end_of_the_text_as_windows_finish() -> None:
+    import io
+
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    progress = tqdm(["talk.mp3"], file=out, disable=False)
+    on_text = text_progress(progress, "talk.mp3")
+    on_text("Hello there.")
+    assert progress.postfix == "talk.mp3: ...Hello there."
+    on_text(" " + "word " * 20 + "the  end.\n")
+    assert progress.postfix.endswith("word word the end.") and progress.postfix.startswith("talk.mp3: ...")
+    assert len(progress.postfix) == len("talk.mp3: ...") + PROGRESS_TEXT_CHARS
+    progress.close()

@@ -32,7 +32,7 @@ from whosaid.device import is_out_of_memory
 from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
 from whosaid.model_loading import load_assistant, load_whisper
 from whosaid.results import Chunk, Word
-from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
+from whosaid.vad import JOINED_WINDOW_PAUSE_S, SpeechWindow, VoiceActivityDetector, plan_joined_windows, plan_windows
 from whosaid.word_timing import SegmentTokens, WordTimer
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class SpeechRecognizer:
         fallback: FallbackOptions = FallbackOptions(),
         language_switch_pause_s: float = LANGUAGE_SWITCH_PAUSE_S,
         assisted_max_duration_s: float = 0.0,
+        window_pause_s: Optional[float] = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -79,6 +80,8 @@ class SpeechRecognizer:
         self.language_switch_pause_s = language_switch_pause_s
         # The longest audio 'auto' assists (whosaid.assistant.assisted_max_duration_s).
         self.assisted_max_duration_s = assisted_max_duration_s
+        # None: contiguous windows, pauses kept; else speech joined, pauses cut to this (vad.py).
+        self.window_pause_s = window_pause_s
         self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
@@ -96,7 +99,8 @@ class SpeechRecognizer:
         if settings.assistant_model:
             assistant = load_assistant(settings.assistant_model, model, settings)
         max_duration_s = assisted_max_duration_s(settings, model.device.type)
-        return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s)
+        pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
+        return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
 
     def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
         """This recognizer's models with other fallback options (nothing is loaded again)."""
@@ -108,6 +112,7 @@ class SpeechRecognizer:
             fallback=fallback,
             language_switch_pause_s=self.language_switch_pause_s,
             assisted_max_duration_s=self.assisted_max_duration_s,
+            window_pause_s=self.window_pause_s,
         )
 
     @property
@@ -139,30 +144,26 @@ class SpeechRecognizer:
         config: InferenceConfig,
         *,
         should_stop: Optional[StopSignal] = None,
-        on_batch: Optional[Callable[[Sequence[Span]], None]] = None,
+        on_window: Optional[Callable[[Sequence[Span]], None]] = None,
     ) -> AsrOutput:
         """`should_stop` is checked before each window batch: a job stopped there (time budget
         spent, client gone, shutdown) raises its JobStoppedError and frees the models.
-        `on_batch` gets each batch's spans as it finishes, in order (streamed responses)."""
+        `on_window` gets each window's spans (none for a silent window) once its batch is
+        decoded, in order (streamed responses, progress); the first batch is one window
+        (window_batches), so the first text comes after one window's decoding."""
         options = self.decoding_options(config)
         language = options.language
         assisted = self.uses_assistant(config, audio.duration_s)
         windows = self._windows(audio, config.chunk_length_s, multilingual=options.multilingual)
         batch_size = 1 if assisted else config.effective_batch_size
-        batches = [windows[first : first + batch_size] for first in range(0, len(windows), batch_size)]
-        if options.initial_prompt and len(batches[0] if batches else ()) > 1:
-            # The prompt conditions the first window only: it is decoded on its own.
-            batches = [windows[:1]] + [
-                windows[first : first + batch_size] for first in range(1, len(windows), batch_size)
-            ]
         spans: list[Span] = []
         warnings: list[str] = []
-        for number, batch in enumerate(batches):
+        for number, batch in enumerate(window_batches(windows, batch_size)):
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
             try:
-                batch_spans, language, batch_warnings = self._transcribe_windows(
+                window_spans, language, batch_warnings = self._transcribe_windows(
                     audio, batch, language, options, previous, assistant=self.assistant if assisted else None
                 )
             except WhosaidError:
@@ -175,10 +176,11 @@ class SpeechRecognizer:
                 raise InferenceError(
                     f"speech recognition failed in {_span_name(batch)}: {type(error).__name__}: {error}"
                 ) from error
-            spans += batch_spans
             warnings += batch_warnings
-            if on_batch is not None:
-                on_batch(batch_spans)
+            for one_window_spans in window_spans:
+                spans += one_window_spans
+                if on_window is not None:
+                    on_window(one_window_spans)
         return AsrOutput(
             chunks=clean_chunks(spans, audio.duration_s),
             language=language or self._default_language(),
@@ -188,15 +190,22 @@ class SpeechRecognizer:
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
-            return self.vad.windows(audio.samples, max_window_s)
+            return self.vad.windows(audio.samples, max_window_s, pause_s=self.window_pause_s)
+        pause_s = self.window_pause_s
+
+        def plan(regions: Sequence[tuple[float, float]]) -> list[SpeechWindow]:
+            if pause_s is None:
+                return plan_windows(regions, max_window_s)
+            return plan_joined_windows(regions, max_window_s, pause_s)
+
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
         for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
             if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
-                windows += plan_windows(group, max_window_s)
+                windows += plan(group)
                 group = []
             group.append(region)
-        return windows + plan_windows(group, max_window_s)
+        return windows + plan(group)
 
     def previous_tokens(self, options: DecodingOptions, *, first_window: bool) -> list[int]:
         """The text a window is conditioned on, as faster-whisper builds it: the hotwords on every
@@ -273,13 +282,14 @@ class SpeechRecognizer:
         previous: Sequence[int] = (),
         *,
         assistant: Any = None,
-    ) -> tuple[list[Span], Optional[str], list[str]]:
+    ) -> tuple[list[list[Span]], Optional[str], list[str]]:
         """Greedy tokens for each window (the lean batched loop, or speculative decoding with
         `assistant`), conditioned on `previous` text tokens, beam search where Whisper's checks
-        fail, silence dropped, words timed when `options` asks. Returns the spans on the audio's
-        time line, the language (detected on the first window when unknown and kept, unless
-        `options.multilingual` detects each window's own) and a warning for each window still
-        looping after beam search, whose text is cut at its last good segment."""
+        fail, silence dropped, words timed when `options` asks. Returns each window's spans on the
+        audio's time line (none for a silent window), the language (detected on the first window
+        when unknown and kept, unless `options.multilingual` detects each window's own) and a
+        warning for each window still looping after beam search, whose text is cut at its last
+        good segment."""
         import torch
 
         task = options.task
@@ -347,21 +357,26 @@ class SpeechRecognizer:
                     # Aligned without the previous text, as openai/whisper does.
                     [self.decoder.prompt(languages[index], task) for index in speech],
                     [segments[index] for index in speech],
-                    [windows[index].start_s for index in speech],
+                    [windows[index].offset_s for index in speech],
                     [len(windows[index].samples(audio.samples)) for index in speech],
                     [languages[index] for index in speech],
                 )
                 words.update(zip(speech, timed, strict=True))
-        spans = [
-            (
-                segment.start_s,
-                segment.end_s,
-                self.text(segment.tokens),
-                segment_words,
-                languages[index] or self._default_language(),
-            )
-            for index in speech
-            for segment, segment_words in words[index]
+            for index in speech:
+                if windows[index].joined:
+                    words[index] = _to_audio_times(windows[index], words[index])
+        spans: list[list[Span]] = [
+            [
+                (
+                    segment.start_s,
+                    segment.end_s,
+                    self.text(segment.tokens),
+                    segment_words,
+                    languages[index] or self._default_language(),
+                )
+                for segment, segment_words in words.get(index, ())
+            ]
+            for index in range(len(windows))
         ]
         return spans, language, warnings
 
@@ -374,8 +389,8 @@ class SpeechRecognizer:
         )
         if not kept:
             return f"{problem}; its text was left out"
-        kept_s = window.start_s + (kept[-1] - self.decoder.timestamp_begin) * WHISPER_TIME_PRECISION_S
-        kept_s = min(kept_s, window.end_s)
+        kept_s = window.offset_s + (kept[-1] - self.decoder.timestamp_begin) * WHISPER_TIME_PRECISION_S
+        kept_s = window.to_audio_s(min(kept_s, window.end_offset_s), is_end=True)
         return f"{problem}; its text after {kept_s:.1f} s was left out"
 
     def _prompt_groups(
@@ -438,14 +453,43 @@ class SpeechRecognizer:
         return is_repetitive(self.text(tokens), self.fallback)
 
     def segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
-        """A window's segments on the audio's time line. Whisper's timestamps count from the
+        """A window's segments, on the audio's time line for a contiguous window, on its own for
+        a joined one (mapped back once its words are timed). Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
         segments = []
+        end_offset_s = window.end_offset_s
         for start_s, end_s, text_tokens in split_segments(tokens, self.decoder.timestamp_begin):
-            start = min(window.start_s + (start_s or 0.0), window.end_s)
-            end = window.end_s if end_s is None else min(window.start_s + end_s, window.end_s)
+            start = min(window.offset_s + (start_s or 0.0), end_offset_s)
+            end = end_offset_s if end_s is None else min(window.offset_s + end_s, end_offset_s)
             segments.append(SegmentTokens(tuple(text_tokens), start, end))
         return segments
+
+
+def _to_audio_times(
+    window: SpeechWindow, segments: Sequence[tuple[SegmentTokens, tuple[Word, ...]]]
+) -> list[tuple[SegmentTokens, tuple[Word, ...]]]:
+    """A joined window's segments and words moved from its own times to the audio's."""
+    moved = []
+    for segment, words in segments:
+        start_s = window.to_audio_s(segment.start_s, is_end=False)
+        end_s = max(window.to_audio_s(segment.end_s, is_end=True), start_s)
+        moved_words = []
+        for word in words:
+            word_start_s = window.to_audio_s(word.start_s, is_end=False)
+            word_end_s = max(window.to_audio_s(word.end_s, is_end=True), word_start_s)
+            moved_words.append(Word(word.text, round(word_start_s, 3), round(word_end_s, 3), word.probability))
+        moved.append((SegmentTokens(segment.tokens, round(start_s, 3), round(end_s, 3)), tuple(moved_words)))
+    return moved
+
+
+def window_batches(windows: Sequence[SpeechWindow], batch_size: int) -> list[Sequence[SpeechWindow]]:
+    """The windows in decoding order: the first on its own (its text comes after one window's
+    decoding, which is what a stream or a progress display waits for first, and an initial
+    prompt conditions it alone), then `batch_size` at a time. Streamed or not, a request decodes
+    the same batches, so a stream's text is the non-streamed answer's."""
+    if not windows:
+        return []
+    return [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
 
 
 def _span_name(windows: Sequence[SpeechWindow]) -> str:

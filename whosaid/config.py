@@ -92,6 +92,13 @@ class ModelSettings(BaseSettings):
         "sample: WER 0.185 vs 0.173). On CUDA keep float16.",
     )
 
+    speech_windows: Literal["contiguous", "joined"] = Field(
+        default="contiguous",
+        description="How speech is planned into Whisper windows: 'contiguous' keeps the pauses "
+        "inside a window; 'joined' joins the speech regions with each pause cut to a short gap "
+        "(faster-whisper's batched planning), and maps every time back to the audio.",
+    )
+
     @field_validator("assistant_model", "diarization_model", "hf_token", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:

@@ -121,8 +121,9 @@ class Engine:
         should_stop: Optional[StopSignal] = None,
         on_text: Optional[Callable[[str], None]] = None,
     ) -> Transcript:
-        """`on_text` gets the transcript's text piece by piece as window batches finish, from
-        this thread; the pieces join into the returned transcript's `text` exactly."""
+        """`on_text` gets the transcript's text piece by piece, a piece per window with text
+        once its batch is decoded, from this thread; the pieces join into the returned
+        transcript's `text` exactly."""
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
             return Transcript(
@@ -143,7 +144,7 @@ class Engine:
             streaming: dict[str, Any] = {}
             if on_text is not None:
                 deltas = TextDeltas(on_text)
-                streaming["on_batch"] = lambda spans: deltas.add(span[2] for span in spans)
+                streaming["on_window"] = lambda spans: deltas.add(span[2] for span in spans)
             asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, **streaming)
         speakers, turns = (), ()
         if self.diarizer is not None:

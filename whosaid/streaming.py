@@ -1,4 +1,5 @@
-"""Text of a transcript piece by piece, as its window batches finish (streamed responses).
+"""Text of a transcript piece by piece, a piece per window as its batch finishes (streamed
+responses, CLI progress).
 
 The pieces join into exactly the finished transcript's `text`: that text is the chunks' texts
 joined and stripped, so the first piece loses its leading whitespace and each piece's trailing
@@ -11,7 +12,7 @@ from typing import Callable, Iterable
 
 
 class TextDeltas:
-    """Feeds `emit` the new text of each batch; empty pieces are never emitted."""
+    """Feeds `emit` the new text of each window; empty pieces are never emitted."""
 
     def __init__(self, emit: Callable[[str], None]) -> None:
         self._emit = emit

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from whosaid.model_options import add_model_arguments
 
@@ -47,6 +47,8 @@ AUDIO_SUFFIXES = frozenset(
 #: Inputs larger than this in total get a progress bar even when there is only one file
 #: (about ten minutes of 128 kbit/s audio, or five of 16 kHz 16-bit WAV).
 LONG_INPUT_BYTES = 10 * 1024 * 1024
+#: How much of the latest text the progress bar shows beside the file's name.
+PROGRESS_TEXT_CHARS = 48
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         try:
             with memory_released_on_failure():
-                transcript = engine.transcribe(engine.load_audio_file(path), config, warnings=warnings)
+                on_text = None if progress.disable else text_progress(progress, path.name)
+                transcript = engine.transcribe(engine.load_audio_file(path), config, warnings=warnings, on_text=on_text)
         except WhosaidError as error:
             failed += 1
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)
@@ -264,6 +267,19 @@ def _check_outputs(names: dict[Path, Path], output_dir: Optional[Path]) -> Optio
             return f"{seen[name]} and {path} would both be written as {name}.*; rename one"
         seen[name] = path
     return None
+
+
+def text_progress(progress: Any, name: str) -> Callable[[str], None]:
+    """Shows the end of a file's text on its progress bar as windows are decoded: the first
+    window is decoded alone, so a long file shows words after one window, not at its end."""
+    shown = ""
+
+    def on_text(delta: str) -> None:
+        nonlocal shown
+        shown = " ".join((shown + delta).split())[-PROGRESS_TEXT_CHARS:]
+        progress.set_postfix_str(f"{name}: ...{shown}")
+
+    return on_text
 
 
 def _progress_disabled(args: argparse.Namespace) -> Optional[bool]:

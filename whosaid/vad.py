@@ -4,21 +4,26 @@ Whisper only ever sees 30 s windows. Cutting audio every 30 s splits words and h
 stretches of silence, on which it invents text or loops; pyannote's sample starts with 6.7 s of
 silence and greedy decoding of the plain 30 s window repeats itself (WER 0.53). Silero VAD finds
 the speech; consecutive speech regions are packed into windows of at most `max_window_s`, each
-cut in a pause, as faster-whisper's batched pipeline does. Unlike faster-whisper, a window keeps
-the pauses inside it, so a time inside a window is the window's start plus Whisper's timestamp:
-no map back from concatenated speech is needed, and chunk times stay exact for speaker alignment.
+cut in a pause, as faster-whisper's batched pipeline does. By default a window keeps the pauses
+inside it, so a time inside a window is the window's start plus Whisper's timestamp. With
+SPEECH_WINDOWS=joined, speech regions are joined with each pause cut to JOINED_WINDOW_PAUSE_S,
+as faster-whisper joins them, and every time is mapped back (SpeechWindow.to_audio_s).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import ModelLoadError
+
+#: The silence left between joined speech regions (SPEECH_WINDOWS=joined): a boundary Whisper
+#: still sees between sentences (benchmarks/README.md, "Speech-only windows", for the lengths tried).
+JOINED_WINDOW_PAUSE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -39,17 +44,67 @@ class VadOptions:
 
 @dataclass(frozen=True)
 class SpeechWindow:
-    """A stretch of audio decoded as one Whisper window: speech, and the pauses inside it."""
+    """A stretch of audio decoded as one Whisper window. A contiguous window (no `pieces`) is the
+    audio from `start_s` to `end_s`, pauses and all: a time inside it is `start_s` plus Whisper's
+    timestamp. A joined window is its `pieces` of speech (audio times) one after the other with
+    `gap_s` of silence between them instead of each pause; `to_audio_s` maps its times back."""
 
     start_s: float
     end_s: float
+    pieces: tuple[tuple[float, float], ...] = ()
+    gap_s: float = 0.0
 
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
 
+    @property
+    def joined(self) -> bool:
+        return bool(self.pieces)
+
+    @property
+    def offset_s(self) -> float:
+        """What is added to Whisper's timestamps: the audio time of a contiguous window's start;
+        a joined window's times stay its own until `to_audio_s`."""
+        return 0.0 if self.joined else self.start_s
+
+    @property
+    def end_offset_s(self) -> float:
+        """The window's end in the times `offset_s` gives."""
+        if not self.joined:
+            return self.end_s
+        return sum(end_s - start_s for start_s, end_s in self.pieces) + self.gap_s * (len(self.pieces) - 1)
+
     def samples(self, samples: np.ndarray, sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ) -> np.ndarray:
-        return samples[int(round(self.start_s * sample_rate_hz)) : int(round(self.end_s * sample_rate_hz))]
+        if not self.joined:
+            return samples[_index(self.start_s, sample_rate_hz) : _index(self.end_s, sample_rate_hz)]
+        gap = np.zeros(_index(self.gap_s, sample_rate_hz), dtype=samples.dtype)
+        parts = []
+        for number, (start_s, end_s) in enumerate(self.pieces):
+            if number:
+                parts.append(gap)
+            parts.append(samples[_index(start_s, sample_rate_hz) : _index(end_s, sample_rate_hz)])
+        return np.concatenate(parts)
+
+    def to_audio_s(self, time_s: float, *, is_end: bool) -> float:
+        """The audio time of a time given as `offset_s` plus Whisper's timestamp. A time in a gap
+        is no time of the audio: an end goes back to the speech before it, a start forward to the
+        speech after it, so that no chunk or word spans a pause its speech does not."""
+        if not self.joined:
+            return min(max(time_s, self.start_s), self.end_s)
+        piece_start_s = 0.0
+        for number, (start_s, end_s) in enumerate(self.pieces):
+            piece_end_s = piece_start_s + end_s - start_s
+            if time_s <= piece_end_s or number == len(self.pieces) - 1:
+                if time_s < piece_start_s and number:  # in the gap before this piece
+                    return start_s if not is_end else self.pieces[number - 1][1]
+                return min(max(start_s + time_s - piece_start_s, start_s), end_s)
+            piece_start_s = piece_end_s + self.gap_s
+        raise AssertionError("unreachable: the last piece takes every later time")
+
+
+def _index(time_s: float, sample_rate_hz: int) -> int:
+    return int(round(time_s * sample_rate_hz))
 
 
 class VoiceActivityDetector:
@@ -91,8 +146,15 @@ class VoiceActivityDetector:
             for region in regions
         ]
 
-    def windows(self, samples: np.ndarray, max_window_s: float) -> list[SpeechWindow]:
-        return plan_windows(self.speech_regions(samples, max_region_s=max_window_s), max_window_s)
+    def windows(
+        self, samples: np.ndarray, max_window_s: float, *, pause_s: Optional[float] = None
+    ) -> list[SpeechWindow]:
+        """Windows of at most `max_window_s`: contiguous, or with `pause_s`, speech joined with
+        its pauses shortened to `pause_s` (plan_joined_windows)."""
+        regions = self.speech_regions(samples, max_region_s=max_window_s)
+        if pause_s is None:
+            return plan_windows(regions, max_window_s)
+        return plan_joined_windows(regions, max_window_s, pause_s)
 
 
 def plan_windows(regions: Sequence[tuple[float, float]], max_window_s: float) -> list[SpeechWindow]:
@@ -115,6 +177,46 @@ def plan_windows(regions: Sequence[tuple[float, float]], max_window_s: float) ->
         start_s, end_s = region_start_s + (pieces - 1) * step_s, region_end_s
     if start_s is not None:
         windows.append(SpeechWindow(start_s, end_s))
+    return windows
+
+
+def plan_joined_windows(
+    regions: Sequence[tuple[float, float]], max_window_s: float, pause_s: float
+) -> list[SpeechWindow]:
+    """Consecutive speech regions joined into windows of at most `max_window_s`, each pause cut
+    to `pause_s` (a shorter pause is kept as it is, inside its piece), as faster-whisper's
+    batched pipeline joins speech: Whisper decodes no long silence, and a recording with pauses
+    needs fewer windows, never more than plan_windows. A window of one piece is a contiguous
+    window; a region longer than the window is cut into equal contiguous windows."""
+    windows: list[SpeechWindow] = []
+    pieces: list[tuple[float, float]] = []
+    length_s = 0.0
+
+    def close_window() -> None:
+        if len(pieces) == 1:
+            windows.append(SpeechWindow(*pieces[0]))
+        elif pieces:
+            windows.append(SpeechWindow(pieces[0][0], pieces[-1][1], tuple(pieces), pause_s))
+        pieces.clear()
+
+    for start_s, end_s in regions:
+        if pieces:
+            pause = max(start_s - pieces[-1][1], 0.0)
+            added_s = end_s - start_s + min(pause, pause_s)
+            if length_s + added_s <= max_window_s:
+                if pause <= pause_s:
+                    pieces[-1] = (pieces[-1][0], max(end_s, pieces[-1][1]))
+                else:
+                    pieces.append((start_s, end_s))
+                length_s += added_s
+                continue
+            close_window()
+        if end_s - start_s > max_window_s:
+            windows += plan_windows([(start_s, end_s)], max_window_s)
+            continue
+        pieces.append((start_s, end_s))
+        length_s = end_s - start_s
+    close_window()
     return windows
 
 

@@ -1,7 +1,8 @@
 """`stream=true` on the OpenAI routes: server-sent events as OpenAI's audio API sends them.
 
     event: transcript.text.delta    data: {"type": "transcript.text.delta", "delta": " Hello."}
-    ...                             (one per window batch with text, in order, as it finishes)
+    ...                             (one per window with text, in order, as its batch finishes;
+                                     the first window is decoded alone)
     event: transcript.text.segment  data: {"type": "transcript.text.segment", "id", "start",
                                            "end", "text", "speaker"}   (diarized_json only)
     event: transcript.text.done     data: {"type": "transcript.text.done", "text": ...,
