@@ -231,8 +231,12 @@ class RemoteTranscriber:
             return session.post(f"{url}/", json=payload, headers=headers, timeout=timeout)
         route = "translations" if self.options.task == "translate" else "transcriptions"
         parameters.pop("task", None)
-        form = {name: str(value) for name, value in parameters.items()}
-        form["response_format"] = self.options.output_format
+        # OpenAI's known-speaker fields: repeated form fields, the clips as data URLs.
+        known = parameters.pop("known_speakers", None) or {}
+        form = [(name, str(value)) for name, value in parameters.items()]
+        form += [("known_speaker_names[]", name) for name in known]
+        form += [("known_speaker_references[]", f"data:audio/*;base64,{clip}") for clip in known.values()]
+        form.append(("response_format", self.options.output_format))
         files = {"file": (job.audio_path.name, data)}
         return session.post(f"{url}/v1/audio/{route}", data=form, files=files, headers=headers, timeout=timeout)
 
