@@ -27,7 +27,8 @@ import numpy as np
 
 from whosaid.audio import Audio, load_audio_file
 from whosaid.builtin_diarizer import BuiltinDiarizer
-from whosaid.known_speakers import MATCH_THRESHOLD, SpeakerIdentifier, mean_voice
+from whosaid.known_speakers import MATCH_THRESHOLD, SpeakerIdentifier, match_speakers, mean_voice, rename
+from whosaid.results import Diarization, SpeakerTurn
 from whosaid.vad import VoiceActivityDetector
 
 FRAME_S = 0.01
@@ -75,10 +76,42 @@ def cut(audio: Audio, pieces: list[tuple[float, float]]) -> Audio:
     return Audio(np.concatenate([audio.samples[int(s * rate) : int(e * rate)] for s, e in pieces]))
 
 
+def tally(
+    totals: dict[str, float], named: Diarization, reference: dict[str, np.ndarray], enrolled_from: dict[str, str],
+    file: str,
+) -> None:
+    """Adds one snippet's seconds: enrolled speakers' time (outside their enrolment snippet) and
+    how much of it carries their name (or another enrolled name); unenrolled speakers' time alone
+    (no enrolled speaker talking) and how much of it carries a name."""
+    duration_s = len(next(iter(reference.values()))) * FRAME_S
+    named_system = activity([(t.start_s, t.end_s, t.speaker) for t in named.exclusive_turns], duration_s)
+    talking = sum(row.astype(int) for row in reference.values())
+    enrolled_talking = sum((row for who, row in reference.items() if who in enrolled_from), np.zeros_like(talking))
+    for who, row in reference.items():
+        labelled_self = named_system.get(who, np.zeros_like(row))
+        labelled_name = sum((r for name, r in named_system.items() if name in enrolled_from), np.zeros_like(row))
+        alone = row & (talking == 1)
+        if who in enrolled_from:
+            if enrolled_from[who] == file:
+                continue
+            totals["enrolled_s"] += row.sum() * FRAME_S
+            totals["right_s"] += (row & labelled_self).sum() * FRAME_S
+            totals["enrolled_alone_s"] += alone.sum() * FRAME_S
+            totals["right_alone_s"] += (alone & labelled_self).sum() * FRAME_S
+            totals["wrong_s"] += (row & labelled_name.astype(bool) & ~labelled_self).sum() * FRAME_S
+        else:
+            free = row & (enrolled_talking == 0)
+            totals["unenrolled_s"] += free.sum() * FRAME_S
+            totals["false_s"] += (free & labelled_name.astype(bool)).sum() * FRAME_S
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ami-dir", type=Path, default=Path("tests/data/ami"))
     parser.add_argument("--threshold", type=float, default=MATCH_THRESHOLD)
+    parser.add_argument(
+        "--sweep", default="0.3,0.35,0.4,0.45,0.5,0.55,0.6", help="thresholds to score on the same diarizations"
+    )
     args = parser.parse_args()
 
     references = read_rttm(args.ami_dir / "ami-train.rttm")
@@ -128,6 +161,8 @@ def main() -> None:
 
     same, different = [], []
     totals = defaultdict(float)
+    oracle = defaultdict(float)
+    runs = []
     for file in files:
         audio = audios[file]
         diarization = diarizer.diarize(audio, {})
@@ -135,7 +170,6 @@ def main() -> None:
         named, identities = identifier.identify(audio, diarization, voices)
         reference = activity(references[file], audio.duration_s)
         system = activity([(t.start_s, t.end_s, t.speaker) for t in diarization.exclusive_turns], audio.duration_s)
-        named_system = activity([(t.start_s, t.end_s, t.speaker) for t in named.exclusive_turns], audio.duration_s)
         for speaker, vector in embeddings.items():
             mapped = max(reference, key=lambda who: (reference[who] & system.get(speaker, False)).sum())
             for voice in voices:
@@ -145,24 +179,28 @@ def main() -> None:
                 elif voice.name != mapped:
                     different.append(score)
         print(file, ", ".join(f"{i.diarized_as}->{i.name} ({i.similarity})" for i in identities))
-        talking = sum(row.astype(int) for row in reference.values())
-        enrolled_talking = sum((row for who, row in reference.items() if who in enrolled_from), np.zeros_like(talking))
-        for who, row in reference.items():
-            labelled_self = named_system.get(who, np.zeros_like(row))
-            labelled_name = sum((r for name, r in named_system.items() if name in enrolled_from), np.zeros_like(row))
-            alone = row & (talking == 1)
-            if who in enrolled_from:
-                if enrolled_from[who] == file:
-                    continue
-                totals["enrolled_s"] += row.sum() * FRAME_S
-                totals["right_s"] += (row & labelled_self).sum() * FRAME_S
-                totals["enrolled_alone_s"] += alone.sum() * FRAME_S
-                totals["right_alone_s"] += (alone & labelled_self).sum() * FRAME_S
-                totals["wrong_s"] += (row & labelled_name.astype(bool) & ~labelled_self).sum() * FRAME_S
-            else:
-                free = row & (enrolled_talking == 0)
-                totals["unenrolled_s"] += free.sum() * FRAME_S
-                totals["false_s"] += (free & labelled_name.astype(bool)).sum() * FRAME_S
+        # The matching alone: the reference speakers as the diarization (clean pieces as the
+        # exclusive view), each named or not as a whole.
+        truth = Diarization(
+            turns=tuple(SpeakerTurn(s, e, who) for s, e, who in sorted(references[file])),
+            exclusive_turns=tuple(
+                sorted(
+                    (SpeakerTurn(s, e, who) for who in reference for s, e in clean_pieces(references[file], who, 0.0)),
+                    key=lambda t: t.start_s,
+                )
+            ),
+        )
+        _, oracle_identities = identifier.identify(audio, truth, voices, with_embeddings=True)
+        for identity in oracle_identities:
+            seconds = reference[identity.diarized_as].sum() * FRAME_S
+            if identity.diarized_as in enrolled_from and enrolled_from[identity.diarized_as] != file:
+                oracle["enrolled_s"] += seconds
+                oracle["right_s"] += seconds * (identity.name == identity.diarized_as)
+            elif identity.diarized_as not in enrolled_from:
+                oracle["unenrolled_s"] += seconds
+                oracle["false_s"] += seconds * (identity.name is not None)
+        tally(totals, named, reference, enrolled_from, file)
+        runs.append((file, diarization, embeddings, reference, oracle_identities))
 
     def describe(scores: list[float]) -> str:
         values = np.array(scores)
@@ -187,7 +225,31 @@ def main() -> None:
     print(f"wrong-name rate: {totals['wrong_s'] / totals['enrolled_s']:.3f}")
     print(f"false-name rate: {totals['false_s'] / totals['unenrolled_s']:.3f} "
           f"({totals['false_s']:.1f} of {totals['unenrolled_s']:.1f} s of unenrolled speakers talking)")
+    print(f"on the reference diarization: accuracy {oracle['right_s'] / oracle['enrolled_s']:.3f} of "
+          f"{oracle['enrolled_s']:.1f} s, false names {oracle['false_s'] / oracle['unenrolled_s']:.3f} of "
+          f"{oracle['unenrolled_s']:.1f} s")
+
+    print("\n| threshold | accuracy | talking alone | wrong name | false names | accuracy, reference diarization |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for threshold in (float(value) for value in args.sweep.split(",")):
+        swept: dict[str, float] = defaultdict(float)
+        oracle_right = 0.0
+        for file, diarization, embeddings, reference, _ in runs:
+            names = {s: m[0] for s, m in match_speakers(embeddings, voices, threshold).items() if m[0] is not None}
+            tally(swept, rename(diarization, names), reference, enrolled_from, file)
+        for file, _, _, reference, oracle_identities in runs:
+            truth_embeddings = {i.diarized_as: np.array(i.embedding) for i in oracle_identities if i.embedding}
+            for speaker, (name, _) in match_speakers(truth_embeddings, voices, threshold).items():
+                if speaker in enrolled_from and enrolled_from[speaker] != file and name == speaker:
+                    oracle_right += reference[speaker].sum() * FRAME_S
+        print(
+            f"| {threshold:.2f} | {swept['right_s'] / swept['enrolled_s']:.3f} | "
+            f"{swept['right_alone_s'] / swept['enrolled_alone_s']:.3f} | "
+            f"{swept['wrong_s'] / swept['enrolled_s']:.3f} | "
+            f"{swept['false_s'] / swept['unenrolled_s']:.3f} | {oracle_right / oracle['enrolled_s']:.3f} |"
+        )
 
 
 if __name__ == "__main__":
     main()
+

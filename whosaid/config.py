@@ -38,6 +38,10 @@ MAX_SPEAKERS = 100
 # Known speakers one request may name (OpenAI's API takes 4; a voice library holds more).
 MAX_KNOWN_SPEAKERS = 100
 _DIARIZER_LABEL = re.compile(r"^SPEAKER_\d+$")
+# Cosine similarity from which a diarized speaker takes a known voice's name (KNOWN_SPEAKER_THRESHOLD).
+# Chosen from the same- and different-speaker score distributions that benchmarks/known_speakers.py
+# measures: above every different-speaker score there, so that a large library names few strangers.
+DEFAULT_KNOWN_SPEAKER_THRESHOLD = 0.5
 # Longest audio accepted: a long meeting. Decoding stops as soon as a file passes it, so it also
 # bounds the samples held per request (4 hours at 16 kHz float32: 0.92 GB).
 DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
@@ -94,6 +98,14 @@ class ModelSettings(BaseSettings):
         description="Voice library for known speakers: NAME.wav (one clip) or NAME/*.wav (several "
         "clips) per speaker, any audio container; embedded once at start-up (built-in diarizer only). "
         "Diarized speakers whose voice matches are labelled NAME instead of SPEAKER_NN.",
+    )
+    known_speaker_threshold: float = Field(
+        default=DEFAULT_KNOWN_SPEAKER_THRESHOLD,
+        ge=-1,
+        le=1,
+        description="Cosine similarity from which a diarized speaker takes a known voice's name "
+        "(benchmarks/README.md has the measured trade-off: lower names more speakers, and risks "
+        "more false names the more voices there are).",
     )
     quantization: Literal["none", "int8"] = Field(
         default="none",

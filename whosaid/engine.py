@@ -212,7 +212,7 @@ def _speaker_identifier(
         if settings.voices_dir:
             raise ModelLoadError("VOICES_DIR needs the built-in diarizer: set DIARIZATION_MODEL=builtin")
         return None
-    identifier = SpeakerIdentifier(diarizer.embedding, recognizer.vad)
+    identifier = SpeakerIdentifier(diarizer.embedding, recognizer.vad, threshold=settings.known_speaker_threshold)
     if settings.voices_dir:
         identifier.library = load_voice_library(Path(settings.voices_dir), identifier)
     return identifier

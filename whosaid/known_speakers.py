@@ -21,16 +21,14 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from whosaid.audio import Audio, load_audio, load_audio_file
-from whosaid.config import MAX_KNOWN_SPEAKERS, check_speaker_names
+from whosaid.config import DEFAULT_KNOWN_SPEAKER_THRESHOLD, MAX_KNOWN_SPEAKERS, check_speaker_names
 from whosaid.errors import InvalidAudioError, InvalidParametersError, ModelLoadError
 from whosaid.results import Diarization, SpeakerIdentity, SpeakerTurn
 from whosaid.vad import VadOptions
 
 logger = logging.getLogger(__name__)
 
-# Cosine similarity from which a diarized speaker takes a known voice's name. Chosen from the
-# same- and different-speaker score distributions that benchmarks/known_speakers.py measures.
-MATCH_THRESHOLD = 0.5
+MATCH_THRESHOLD = DEFAULT_KNOWN_SPEAKER_THRESHOLD
 # A reference needs this much speech to describe a voice (OpenAI asks for 2-10 s clips).
 MIN_REFERENCE_SPEECH_S = 1.0
 # Silero's default threshold (0.5) misses much of quiet far-field speech (meeting recordings) that
