@@ -152,6 +152,16 @@ def test_cli_known_speaker_files(tmp_path: Path) -> None:
         known_speaker_files([f"dan={tmp_path / 'dan.wav'}"], None)
 
 
+def test_known_speakers_without_the_builtin_diarizer_are_422() -> None:
+    from whosaid.engine import Engine
+
+    engine = Engine(recognizer=None, diarizer=None)  # type: ignore[arg-type]  # no model is run
+    config, _ = InferenceConfig.from_parameters({"return_speaker_embeddings": True})
+    with pytest.raises(InvalidParametersError, match="need the built-in diarizer: start the service with"):
+        engine.known_voices(config)
+    assert engine.known_voices(InferenceConfig()) == ()
+
+
 # -- real voices ------------------------------------------------------------------------------
 
 
@@ -336,3 +346,28 @@ def test_cli_voices_locally_and_with_url(
     assert status == 0
     for rttm in (remote, local):
         assert "FEE083" in {line.split()[7] for line in rttm.splitlines()}
+
+
+@pytest.mark.slow
+def test_voices_dir_holds_one_or_several_clips_per_name_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    from whosaid.campplus import CamPlusPlusEmbedding
+    from whosaid.errors import ModelLoadError
+    from whosaid.known_speakers import SpeakerIdentifier, load_voice_library
+    from whosaid.vad import VoiceActivityDetector
+
+    identifier = SpeakerIdentifier(CamPlusPlusEmbedding.load(), VoiceActivityDetector.load())
+    library = tmp_path / "voices"
+    (library / "FEE083").mkdir(parents=True)
+    (library / "FEE083" / "a.wav").write_bytes(clean_speech("trn06", "FEE083", max_s=5.0))
+    (library / "FEE083" / "b.wav").write_bytes(clean_speech("trn09", "FEE083", max_s=5.0))
+    (library / "MEE068.wav").write_bytes(clean_speech("trn00", "MEE068"))
+    (library / "README.txt").write_text("not a clip")
+    voices = {voice.name: voice for voice in load_voice_library(library, identifier)}
+    assert {name: voice.clips for name, voice in voices.items()} == {"FEE083": 2, "MEE068": 1}
+    assert all(abs(float(np.linalg.norm(voice.embedding)) - 1.0) < 1e-9 for voice in voices.values())
+    # Two voices stay apart.
+    assert float(voices["FEE083"].embedding @ voices["MEE068"].embedding) < 0.3
+
+    (library / "silence.wav").write_bytes(wav_bytes(np.zeros(32_000)))
+    with pytest.raises(ModelLoadError, match="VOICES_DIR: cannot enrol .*silence.wav: .*holds no speech"):
+        load_voice_library(library, identifier)
