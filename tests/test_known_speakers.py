@@ -13,7 +13,7 @@ import pytest
 
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidAudioError, InvalidParametersError
-from whosaid.known_speakers import KnownVoice, _subtract, decode_reference, match_speakers, rename
+from whosaid.known_speakers import KnownVoice, _longest_first, _subtract, decode_reference, match_speakers, rename
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.transcribe_cli import known_speaker_files
 
@@ -76,6 +76,18 @@ def test_rename_keeps_times_and_unmatched_labels() -> None:
 def test_clean_speech_is_the_turns_minus_other_speakers() -> None:
     assert _subtract([(0.0, 10.0)], [(2.0, 3.0), (5.0, 12.0)]) == [(0.0, 2.0), (3.0, 5.0)]
     assert _subtract([(0.0, 1.0)], [(0.0, 1.0)]) == []
+    assert _subtract([(0.0, 4.0), (6.0, 8.0)], [(3.5, 7.0), (1.0, 2.0), (1.5, 2.5)]) == [
+        (0.0, 1.0),
+        (2.5, 3.5),
+        (7.0, 8.0),
+    ]
+    assert _subtract([(1.0, 2.0)], []) == [(1.0, 2.0)]
+
+
+def test_a_speaker_is_embedded_from_its_longest_pieces_up_to_the_budget() -> None:
+    pieces = [(0.0, 1.0), (2.0, 12.0), (20.0, 20.1), (30.0, 35.0), (40.0, 43.0)]
+    assert _longest_first(pieces, 14.0) == [(2.0, 12.0), (30.0, 35.0)]
+    assert _longest_first(pieces, 100.0) == [(0.0, 1.0), (2.0, 12.0), (30.0, 35.0), (40.0, 43.0)]
 
 
 # -- request validation -----------------------------------------------------------------------

@@ -141,7 +141,7 @@ class SpeakerIdentifier:
             # A speaker heard only over someone else has no exclusive turn: its overlapped turns.
             overlapped = [(t.start_s, t.end_s) for t in diarization.turns if t.speaker == speaker]
             for pieces in (_subtract(own, others), own, overlapped):
-                pieces = sorted((p for p in pieces if p[1] - p[0] >= MIN_PIECE_S), key=lambda p: p[0])
+                pieces = _longest_first(pieces, MAX_EMBEDDED_SPEECH_S)
                 if not pieces:
                     continue
                 samples = np.concatenate([audio.samples[int(s * rate) : int(e * rate)] for s, e in pieces])
@@ -236,18 +236,39 @@ def load_voice_library(directory: Path, identifier: SpeakerIdentifier) -> tuple[
 
 
 def _subtract(pieces: Sequence[tuple[float, float]], holes: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The parts of `pieces` outside every interval of `holes`."""
+    """The parts of `pieces` outside every interval of `holes`; O((pieces + holes) log holes), so a
+    long meeting's thousands of turns cost little."""
+    import bisect
+
+    merged: list[list[float]] = []
+    for start, end in sorted(holes):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    ends = [end for _, end in merged]
     result = []
     for start, end in pieces:
-        current = [(start, end)]
-        for hole_start, hole_end in holes:
-            if hole_end <= start or hole_start >= end:
-                continue
-            current = [
-                part
-                for a, b in current
-                for part in ((a, min(b, hole_start)), (max(a, hole_end), b))
-                if part[1] > part[0]
-            ]
-        result.extend(current)
+        cursor = start
+        index = bisect.bisect_right(ends, start)
+        while index < len(merged) and merged[index][0] < end:
+            hole_start, hole_end = merged[index]
+            if hole_start > cursor:
+                result.append((cursor, hole_start))
+            cursor = max(cursor, hole_end)
+            index += 1
+        if cursor < end:
+            result.append((cursor, end))
     return result
+
+
+def _longest_first(pieces: Sequence[tuple[float, float]], budget_s: float) -> list[tuple[float, float]]:
+    """The longest pieces (at least MIN_PIECE_S) that fit in `budget_s` (the one that crosses it
+    included), back in time order: a long meeting is not copied whole to embed 30 s of it."""
+    chosen, total_s = [], 0.0
+    for piece in sorted((p for p in pieces if p[1] - p[0] >= MIN_PIECE_S), key=lambda p: (p[0] - p[1], p[0])):
+        if total_s >= budget_s:
+            break
+        chosen.append(piece)
+        total_s += piece[1] - piece[0]
+    return sorted(chosen)
