@@ -21,8 +21,13 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from whosaid.audio import Audio, load_audio, load_audio_file
-from whosaid.config import DEFAULT_KNOWN_SPEAKER_THRESHOLD, MAX_KNOWN_SPEAKERS, check_speaker_names
-from whosaid.errors import InvalidAudioError, InvalidParametersError, ModelLoadError
+from whosaid.config import (
+    DEFAULT_KNOWN_SPEAKER_THRESHOLD,
+    MAX_KNOWN_SPEAKERS,
+    WHISPER_SAMPLE_RATE_HZ,
+    check_speaker_names,
+)
+from whosaid.errors import AudioTooLongError, InvalidAudioError, InvalidParametersError, ModelLoadError
 from whosaid.results import Diarization, SpeakerIdentity, SpeakerTurn
 from whosaid.vad import VadOptions
 
@@ -67,6 +72,8 @@ def decode_reference(name: str, reference: Any, *, max_duration_s: Optional[floa
             raise InvalidAudioError(f"known speaker {name!r}: the reference is not base64 audio: {error}") from error
     try:
         return load_audio(reference, max_duration_s=max_duration_s)
+    except AudioTooLongError as error:
+        raise AudioTooLongError(f"known speaker {name!r}: the reference is too long: {error}") from error
     except InvalidAudioError as error:
         raise InvalidAudioError(f"known speaker {name!r}: the reference is not usable audio: {error}") from error
 
@@ -87,7 +94,7 @@ class SpeakerIdentifier:
         """Unit-length embedding of 16 kHz samples, or None when they are too short to embed."""
         import torch
 
-        samples = np.ascontiguousarray(samples[: int(MAX_EMBEDDED_SPEECH_S * 16_000)], dtype=np.float32)
+        samples = np.ascontiguousarray(samples[: int(MAX_EMBEDDED_SPEECH_S * WHISPER_SAMPLE_RATE_HZ)], dtype=np.float32)
         if samples.size < self.embedding.min_num_samples:
             return None
         vector = self.embedding(torch.from_numpy(samples)[None, None])[0].astype(np.float64)
