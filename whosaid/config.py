@@ -7,7 +7,8 @@ handler, the server and the CLI accept and reject exactly the same requests.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, Optional, Union
+import re
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import (
     BaseModel,
@@ -34,6 +35,13 @@ MAX_PROMPT_CHARS = 2_000
 MIN_CHUNK_LENGTH_S = 5.0
 # pyannote clusters into at most this many speakers; more is a typo, not a recording.
 MAX_SPEAKERS = 100
+# Known speakers one request may name (OpenAI's API takes 4; a voice library holds more).
+MAX_KNOWN_SPEAKERS = 100
+_DIARIZER_LABEL = re.compile(r"^SPEAKER_\d+$")
+# Cosine similarity from which a diarized speaker takes a known voice's name (KNOWN_SPEAKER_THRESHOLD).
+# Chosen from the same- and different-speaker score distributions that benchmarks/known_speakers.py
+# measures: above every different-speaker score there, so that a large library names few strangers.
+DEFAULT_KNOWN_SPEAKER_THRESHOLD = 0.5
 # Longest audio accepted: a long meeting. Decoding stops as soon as a file passes it, so it also
 # bounds the samples held per request (4 hours at 16 kHz float32: 0.92 GB).
 DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
@@ -85,6 +93,20 @@ class ModelSettings(BaseSettings):
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
         default="auto", description="'auto' is SDPA (flash attention kernels on CUDA)."
     )
+    voices_dir: Optional[str] = Field(
+        default=None,
+        description="Voice library for known speakers: NAME.wav (one clip) or NAME/*.wav (several "
+        "clips) per speaker, any audio container; embedded once at start-up (built-in diarizer only). "
+        "Diarized speakers whose voice matches are labelled NAME instead of SPEAKER_NN.",
+    )
+    known_speaker_threshold: float = Field(
+        default=DEFAULT_KNOWN_SPEAKER_THRESHOLD,
+        ge=-1,
+        le=1,
+        description="Cosine similarity from which a diarized speaker takes a known voice's name "
+        "(benchmarks/README.md has the measured trade-off: lower names more speakers, and risks "
+        "more false names the more voices there are).",
+    )
     quantization: Literal["none", "int8"] = Field(
         default="none",
         description="'int8': dynamic int8 quantization of the Whisper model's linear layers, CPU "
@@ -99,7 +121,7 @@ class ModelSettings(BaseSettings):
         "(faster-whisper's batched planning), and maps every time back to the audio.",
     )
 
-    @field_validator("assistant_model", "diarization_model", "hf_token", mode="before")
+    @field_validator("assistant_model", "diarization_model", "hf_token", "voices_dir", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         # An endpoint form or a shell often sets a variable to "" to mean "not set".
@@ -217,6 +239,24 @@ class InferenceConfig(BaseModel):
     num_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
     min_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
     max_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
+    known_speakers: Optional[dict[str, str]] = Field(
+        default=None,
+        description="{name: reference clip} for this request: base64 audio or a data URL "
+        "(data:audio/wav;base64,...), at least 1 s of that voice; speakers that match are labelled "
+        "with the name (needs the built-in diarizer)",
+    )
+    known_speaker_names: list[str] = Field(
+        default_factory=list, description="OpenAI's known_speaker_names[]: names, one per reference"
+    )
+    known_speaker_references: list[str] = Field(
+        default_factory=list,
+        description="OpenAI's known_speaker_references[]: data URLs (or base64) of the clips, in the names' order",
+    )
+    return_speaker_embeddings: bool = Field(
+        default=False,
+        description="list each diarized speaker's embedding in `speaker_identities`, to match speakers "
+        "across recordings on the client",
+    )
 
     @field_validator("language", mode="before")
     @classmethod
@@ -295,6 +335,17 @@ class InferenceConfig(BaseModel):
                 f"min_speakers ({self.min_speakers}) is greater than max_speakers "
                 f"({self.max_speakers})"
             )
+        if len(self.known_speaker_names) != len(self.known_speaker_references):
+            raise ValueError(
+                f"known_speaker_names ({len(self.known_speaker_names)}) and known_speaker_references "
+                f"({len(self.known_speaker_references)}) must pair up: one reference per name"
+            )
+        if self.known_speaker_references_given():
+            check_speaker_names([name for name, _ in self.known_speaker_references_given()])
+            if context.get("has_diarizer") is False:
+                raise ValueError(
+                    "known speakers need a diarization model: start the service with DIARIZATION_MODEL=builtin"
+                )
         if context.get("has_diarizer") is False and self.speaker_parameters():
             names = ", ".join(sorted(self.speaker_parameters()))
             raise ValueError(
@@ -307,6 +358,16 @@ class InferenceConfig(BaseModel):
     def effective_batch_size(self) -> int:
         """Assisted decoding runs at batch size 1 whatever the default says."""
         return 1 if self.assisted is True else self.batch_size
+
+    def known_speaker_references_given(self) -> list[tuple[str, str]]:
+        """(name, reference) of every known speaker the request names, in order (OpenAI's pair
+        first); names as given, so that a repeated one is caught."""
+        pairs = [
+            (str(name).strip(), ref)
+            for name, ref in zip(self.known_speaker_names, self.known_speaker_references, strict=True)
+        ]
+        pairs += [(str(name).strip(), ref) for name, ref in (self.known_speakers or {}).items()]
+        return pairs
 
     def speaker_parameters(self) -> dict[str, int]:
         """The speaker-count hints that were given, as pyannote's `apply` takes them."""
@@ -344,6 +405,21 @@ class InferenceConfig(BaseModel):
         return config, warnings
 
 
+def check_speaker_names(names: Sequence[str]) -> None:
+    """Names as a request gives them: not empty, not repeated, not a diarizer label, at most 100."""
+    if len(names) > MAX_KNOWN_SPEAKERS:
+        raise ValueError(f"at most {MAX_KNOWN_SPEAKERS} known speakers per request, got {len(names)}")
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"known speaker name #{index + 1} is empty: give every reference a name")
+        if _DIARIZER_LABEL.match(name.strip()):
+            raise ValueError(f"known speaker name {name!r} looks like a diarizer label: choose another name")
+        if name.strip() in seen:
+            raise ValueError(f"known speaker name {name.strip()!r} is given twice: one name per voice")
+        seen.add(name.strip())
+
+
 def _describe_validation_error(error: ValidationError) -> str:
     messages = []
     for detail in error.errors(include_url=False):
@@ -352,7 +428,10 @@ def _describe_validation_error(error: ValidationError) -> str:
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         if location:
-            messages.append(f"parameter {location!r}: {message} (got {detail['input']!r})")
+            # Clipped: an input may be a whole base64 reference clip.
+            got = repr(detail["input"])
+            got = got if len(got) <= 200 else got[:200] + "..."
+            messages.append(f"parameter {location!r}: {message} (got {got})")
         else:
             messages.append(message)
     return "invalid parameters: " + "; ".join(messages)

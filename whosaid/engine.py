@@ -17,7 +17,8 @@ from whosaid.cancellation import StopSignal, TimeBudget
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
 from whosaid.device import ModelRuntime, is_out_of_memory
 from whosaid.diarization import Diarizer
-from whosaid.errors import InferenceError, ModelLoadError, OutOfMemoryError, WhosaidError
+from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError, OutOfMemoryError, WhosaidError
+from whosaid.known_speakers import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
 from whosaid.results import Transcript
 from whosaid.streaming import TextDeltas
 
@@ -49,10 +50,13 @@ class Engine:
         diarizer: Optional[Diarizer] = None,
         *,
         max_audio_duration_s: float = DEFAULT_MAX_AUDIO_DURATION_S,
+        speaker_identifier: Optional[SpeakerIdentifier] = None,
     ) -> None:
         self.recognizer = recognizer
         self.diarizer = diarizer
         self.max_audio_duration_s = max_audio_duration_s
+        #: Names speakers from known voices (the built-in diarizer's encoder); None without one.
+        self.speaker_identifier = speaker_identifier
 
     @classmethod
     def from_settings(cls, settings: Optional[ModelSettings] = None) -> "Engine":
@@ -60,7 +64,10 @@ class Engine:
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
         diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
-        engine = cls(recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s)
+        identifier = _speaker_identifier(settings, recognizer, diarizer)
+        engine = cls(
+            recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s, speaker_identifier=identifier
+        )
         runtime = engine.runtime
         logger.info(
             "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "
@@ -124,6 +131,8 @@ class Engine:
         """`on_text` gets the transcript's text piece by piece, a piece per window with text
         once its batch is decoded, from this thread; the pieces join into the returned
         transcript's `text` exactly."""
+        # References are checked first: a bad one fails the request before any model runs on it.
+        voices = self.known_voices(config)
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
             return Transcript(
@@ -146,12 +155,17 @@ class Engine:
                 deltas = TextDeltas(on_text)
                 streaming["on_window"] = lambda spans: deltas.add(span[2] for span in spans)
             asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, **streaming)
-        speakers, turns = (), ()
+        speakers, turns, identities = (), (), ()
         if self.diarizer is not None:
             if should_stop is not None:
                 should_stop.check()
             with _translate_failures("speaker diarization"):
                 diarization = self.diarizer.diarize(audio, config.speaker_parameters())
+            if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
+                with _translate_failures("speaker identification"):
+                    diarization, identities = self.speaker_identifier.identify(
+                        audio, diarization, voices, with_embeddings=config.return_speaker_embeddings
+                    )
             turns = diarization.turns
             speakers = assign_speakers(asr.chunks, diarization.exclusive_turns)
         return Transcript(
@@ -166,7 +180,43 @@ class Engine:
             warnings=(*warnings, *asr.warnings),
             word_timestamps=config.return_timestamps == "word",
             multilingual=config.multilingual,
+            speaker_identities=identities,
         )
+
+    def known_voices(self, config: InferenceConfig) -> tuple[KnownVoice, ...]:
+        """The voice library plus the request's references, decoded and embedded; a reference
+        that is not usable audio is an InvalidAudioError naming its speaker."""
+        references = config.known_speaker_references_given()
+        if self.speaker_identifier is None:
+            if references or config.return_speaker_embeddings:
+                raise InvalidParametersError(
+                    "known speakers and speaker embeddings need the built-in diarizer: start the "
+                    "service with DIARIZATION_MODEL=builtin"
+                )
+            return ()
+        decoded = [
+            (name, decode_reference(name, reference, max_duration_s=self.max_audio_duration_s))
+            for name, reference in references
+        ]
+        with _translate_failures("speaker identification"):
+            return self.speaker_identifier.voices(decoded)
+
+
+def _speaker_identifier(
+    settings: ModelSettings, recognizer: SpeechRecognizer, diarizer: Optional[Diarizer]
+) -> Optional[SpeakerIdentifier]:
+    """Known speakers with the built-in diarizer: its CAM++ encoder embeds the voices, and
+    VOICES_DIR is embedded here, once."""
+    from whosaid.builtin_diarizer import BuiltinDiarizer
+
+    if not isinstance(diarizer, BuiltinDiarizer):
+        if settings.voices_dir:
+            raise ModelLoadError("VOICES_DIR needs the built-in diarizer: set DIARIZATION_MODEL=builtin")
+        return None
+    identifier = SpeakerIdentifier(diarizer.embedding, recognizer.vad, threshold=settings.known_speaker_threshold)
+    if settings.voices_dir:
+        identifier.library = load_voice_library(Path(settings.voices_dir), identifier)
+    return identifier
 
 
 class _translate_failures:

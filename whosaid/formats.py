@@ -40,6 +40,21 @@ class DurationUsage(BaseModel):
     seconds: float = Field(description="duration of the input audio in seconds")
 
 
+class SpeakerIdentityModel(BaseModel):
+    """What known-speaker matching decided for one diarized speaker."""
+
+    speaker: str = Field(description="the label the response uses: the matched name, else SPEAKER_NN")
+    diarized_as: str = Field(description="the diarizer's own label")
+    name: Optional[str] = Field(description="the known voice it matched; null below the threshold")
+    similarity: Optional[float] = Field(
+        description="cosine similarity to the matched voice (the closest one when unmatched); null "
+        "without known voices or when the speaker said too little to embed"
+    )
+    embedding: Optional[list[float]] = Field(
+        default=None, exclude_if=_is_none, description="with return_speaker_embeddings=true (unit length)"
+    )
+
+
 class JsonTranscription(BaseModel):
     """`response_format=json`: OpenAI's `Transcription` (and `Translation`)."""
 
@@ -86,6 +101,9 @@ class VerboseTranscription(BaseModel):
         default=None, exclude_if=_is_none, description="with timestamp_granularities[]=word"
     )
     usage: DurationUsage
+    speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
+        default=None, exclude_if=_is_none, description="with known speakers or include[]=speaker_embeddings"
+    )
     warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
 
 
@@ -109,6 +127,9 @@ class DiarizedTranscription(BaseModel):
     text: str
     segments: list[DiarizedSegment]
     usage: DurationUsage
+    speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
+        default=None, exclude_if=_is_none, description="with known speakers or include[]=speaker_embeddings"
+    )
     warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
 
 
@@ -181,6 +202,7 @@ def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> Ver
         segments=segments,
         words=words,
         usage=_usage(transcript),
+        speaker_identities=_identities(transcript),
         warnings=_warnings(transcript),
     )
 
@@ -204,6 +226,7 @@ def to_diarized_json(transcript: Transcript) -> DiarizedTranscription:
         text=transcript.text,
         segments=segments,
         usage=_usage(transcript),
+        speaker_identities=_identities(transcript),
         warnings=_warnings(transcript),
     )
 
@@ -268,6 +291,12 @@ def _require_diarized(transcript: Transcript, response_format: str) -> None:
 
 def _usage(transcript: Transcript) -> DurationUsage:
     return DurationUsage(seconds=_seconds(transcript.duration_s))
+
+
+def _identities(transcript: Transcript) -> Optional[list[SpeakerIdentityModel]]:
+    if not transcript.speaker_identities:
+        return None
+    return [SpeakerIdentityModel.model_validate(identity.to_dict()) for identity in transcript.speaker_identities]
 
 
 def _warnings(transcript: Transcript) -> Optional[list[str]]:

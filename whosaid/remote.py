@@ -233,11 +233,15 @@ class RemoteTranscriber:
             return session.post(f"{url}/", json=payload, headers=headers, timeout=timeout)
         route = "translations" if self.options.task == "translate" else "transcriptions"
         parameters.pop("task", None)
-        form = {name: str(value) for name, value in parameters.items()}
-        form["response_format"] = self.options.output_format
+        # OpenAI's known-speaker fields: repeated form fields, the clips as data URLs.
+        known = parameters.pop("known_speakers", None) or {}
+        form = [(name, str(value)) for name, value in parameters.items()]
+        form += [("known_speaker_names[]", name) for name in known]
+        form += [("known_speaker_references[]", f"data:audio/*;base64,{clip}") for clip in known.values()]
+        form.append(("response_format", self.options.output_format))
         filename = job.audio_path.name
         if self.options.output_format == "html":
-            form["html_audio"] = self.options.html_audio
+            form.append(("html_audio", self.options.html_audio))
             # The server links the audio by the name it was sent under: the path from the page.
             filename = Path(os.path.relpath(job.audio_path, job.output_path.parent)).as_posix()
         files = {"file": (filename, data)}

@@ -70,6 +70,34 @@ class Diarization:
 
 
 @dataclass(frozen=True)
+class SpeakerIdentity:
+    """What known-speaker matching decided for one diarized speaker."""
+
+    #: The label the response uses: the matched name, else the diarizer's SPEAKER_NN.
+    speaker: str
+    #: The diarizer's own label.
+    diarized_as: str
+    #: The known voice it matched, or None when no voice reached the threshold.
+    name: Optional[str]
+    #: Cosine similarity to the matched voice (to the closest voice when unmatched); None
+    #: without known voices or when the speaker said too little to embed.
+    similarity: Optional[float]
+    #: The speaker's embedding (unit length), when the request asked for it.
+    embedding: Optional[tuple[float, ...]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        response: dict[str, Any] = {
+            "speaker": self.speaker,
+            "diarized_as": self.diarized_as,
+            "name": self.name,
+            "similarity": self.similarity,
+        }
+        if self.embedding is not None:
+            response["embedding"] = [round(value, 6) for value in self.embedding]
+        return response
+
+
+@dataclass(frozen=True)
 class SpeakerSegment:
     """Consecutive transcript chunks attributed to one speaker."""
 
@@ -108,6 +136,9 @@ class Transcript:
     word_timestamps: bool = False
     #: Languages were detected per window: each chunk says its own language.
     multilingual: bool = False
+    #: Per diarized speaker, the known voice it matched (and its embedding when asked for);
+    #: empty when no known voices or embeddings were involved.
+    speaker_identities: tuple[SpeakerIdentity, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The response of the original handler: text, chunks, speakers, plus language and warnings;
@@ -126,6 +157,8 @@ class Transcript:
         response["duration"] = round(self.duration_s, 3)
         if self.decoding is not None:
             response["decoding"] = self.decoding
+        if self.speaker_identities:
+            response["speaker_identities"] = [identity.to_dict() for identity in self.speaker_identities]
         if self.warnings:
             response["warnings"] = list(self.warnings)
         return response

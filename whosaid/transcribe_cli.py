@@ -17,6 +17,7 @@ parser.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -73,6 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-speakers", type=int, help="exact number of speakers (diarization)")
     parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
     parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
+    parser.add_argument(
+        "--speaker",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a known speaker: label their speech NAME, from a clip of their voice (repeatable; built-in diarizer)",
+    )
+    parser.add_argument(
+        "--voices", type=Path, metavar="DIR", help="known speakers from a folder: one clip per speaker, stem = name"
+    )
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     parser.add_argument("--resume", action="store_true", help="skip files whose output exists (needs --output-dir)")
     remote = parser.add_argument_group("remote endpoints (instead of local models)")
@@ -112,7 +123,14 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
     from whosaid.model_options import model_settings_from_args
 
-    parameters = _parameters(args)
+    parameters, problem = _parameters(args), None
+    try:
+        known = known_speaker_files(args.speaker, args.voices)
+        if known:
+            parameters["known_speakers"] = {name: base64.b64encode(p.read_bytes()).decode("ascii") for name, p in known}
+    except (ValueError, OSError) as error:
+        print(f"whosaid transcribe: {error}", file=sys.stderr)
+        return 2
     names, problem = expand_inputs(args.files)
     args.files, args.output_names = list(names), names
     if problem is None:
@@ -256,6 +274,32 @@ def _parameters(args: argparse.Namespace) -> dict[str, Any]:
         "max_speakers": args.max_speakers,
     }
     return {name: value for name, value in values.items() if value is not None}
+
+
+def known_speaker_files(speakers: list[str], voices: Optional[Path]) -> list[tuple[str, Path]]:
+    """(name, clip) of each --speaker NAME=FILE, then of each clip in --voices DIR (its stem is the name)."""
+    from whosaid.known_speakers import AUDIO_SUFFIXES
+
+    known = []
+    for value in speakers:
+        name, separator, file = value.partition("=")
+        if not separator or not name.strip() or not file:
+            raise ValueError(f"--speaker takes NAME=FILE, not {value!r}")
+        known.append((name.strip(), Path(file)))
+    if voices is not None:
+        if not voices.is_dir():
+            raise ValueError(f"--voices {voices} is not a directory")
+        clips = sorted(p for p in voices.iterdir() if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        if not clips:
+            raise ValueError(f"--voices {voices} holds no audio clip ({', '.join(AUDIO_SUFFIXES)})")
+        known.extend((clip.stem, clip) for clip in clips)
+    from whosaid.config import check_speaker_names
+
+    check_speaker_names([name for name, _ in known])
+    for name, path in known:
+        if not path.is_file():
+            raise ValueError(f"known speaker {name!r}: no such file {path}")
+    return known
 
 
 def _check_outputs(names: dict[Path, Path], output_dir: Optional[Path]) -> Optional[str]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from typing_extensions import Annotated
 
 from whosaid.config import InferenceConfig
+from whosaid.formats import SpeakerIdentityModel
 
 
 def _is_none(value: object) -> bool:
@@ -89,7 +90,23 @@ class TranscriptResponse(BaseModel):
     decoding: Optional[Literal["assisted", "batched"]] = Field(
         default=None, exclude_if=_is_none, description="absent when nothing was decoded (silence)"
     )
+    speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="with known speakers (a voice library, known_speakers) or return_speaker_embeddings: "
+        "one entry per diarized speaker",
+    )
     warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+
+
+class VoiceEntry(BaseModel):
+    name: str
+    clips: int = Field(description="clips the voice was enrolled from")
+
+
+class VoicesResponse(BaseModel):
+    voices: list[VoiceEntry] = Field(description="the voice library (VOICES_DIR), by name")
+    known_speakers: bool = Field(description="whether this server can match known speakers (built-in diarizer)")
 
 
 class HealthResponse(BaseModel):

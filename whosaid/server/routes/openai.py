@@ -9,6 +9,9 @@ so that existing clients keep working.
 Speaker-count hints (num_speakers, min_speakers, max_speakers) and POST /'s batch_size,
 chunk_length_s and assisted are extra form fields.
 `stream=true` answers with server-sent events (whosaid.server.streaming).
+Known speakers come as OpenAI's `known_speaker_names[]` + `known_speaker_references[]` (data URLs,
+in the same order; with or without the brackets); `include[]=speaker_embeddings` lists each
+diarized speaker's embedding in verbose_json and diarized_json.
 """
 
 from __future__ import annotations
@@ -98,6 +101,25 @@ class AudioForm(BaseModel):
     batch_size: Optional[int] = Field(default=None, description="windows decoded together (POST /'s batch_size)")
     chunk_length_s: Optional[float] = Field(default=None, description="window length for long audio, 5 to 30 s")
     assisted: Optional[str] = Field(default=None, description="speculative decoding: true, false or auto")
+    known_speaker_names: list[str] = Field(
+        default_factory=list, alias="known_speaker_names[]", description="names of the known speakers"
+    )
+    known_speaker_references: list[str] = Field(
+        default_factory=list,
+        alias="known_speaker_references[]",
+        description="their reference clips as data URLs (data:audio/wav;base64,...), in the names' order",
+    )
+    known_speaker_names_plain: list[str] = Field(
+        default_factory=list, alias="known_speaker_names", description="known_speaker_names[] without brackets"
+    )
+    known_speaker_references_plain: list[str] = Field(
+        default_factory=list,
+        alias="known_speaker_references",
+        description="known_speaker_references[] without brackets",
+    )
+    include: list[str] = Field(
+        default_factory=list, alias="include[]", description="'speaker_embeddings': each speaker's embedding"
+    )
 
     def parameters(self, task: Task) -> dict[str, object]:
         """The core's request parameters (validated there, like every edge's)."""
@@ -112,6 +134,9 @@ class AudioForm(BaseModel):
             "batch_size": self.batch_size,
             "chunk_length_s": self.chunk_length_s,
             "assisted": self.assisted,
+            "known_speaker_names": [*self.known_speaker_names, *self.known_speaker_names_plain] or None,
+            "known_speaker_references": [*self.known_speaker_references, *self.known_speaker_references_plain] or None,
+            "return_speaker_embeddings": True if "speaker_embeddings" in self.include else None,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -124,6 +149,9 @@ class AudioForm(BaseModel):
         warnings = []
         if self.temperature > 0:
             warnings.append("temperature was ignored: decoding here is deterministic")
+        for value in self.include:
+            if value != "speaker_embeddings":
+                warnings.append(f"include[]={value} was ignored: only speaker_embeddings is supported")
         if "word" in self.timestamp_granularities and not self.wants_words():
             warnings.append("word timestamps come with response_format=verbose_json; they were not computed")
         return warnings

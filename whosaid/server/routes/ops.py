@@ -1,5 +1,5 @@
-"""GET /health (alive), /ready (models loaded), /metrics (Prometheus). None of them waits for a
-job slot, so they answer while inference runs."""
+"""GET /health (alive), /ready (models loaded), /metrics (Prometheus), /v1/voices (the voice
+library). None of them waits for a job slot, so they answer while inference runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi.responses import Response
 
 from whosaid.server.auth import require_api_key
 from whosaid.server.errors import ErrorResponse
-from whosaid.server.schemas import HealthResponse, ReadyResponse
+from whosaid.server.schemas import HealthResponse, ReadyResponse, VoiceEntry, VoicesResponse
 
 router = APIRouter(tags=["Operations"])
 
@@ -52,3 +52,19 @@ async def ready(request: Request) -> ReadyResponse:
 async def metrics(request: Request) -> Response:
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)
+
+
+@router.get(
+    "/v1/voices",
+    response_model=VoicesResponse,
+    dependencies=[Depends(require_api_key)],
+    responses={503: {"model": ErrorResponse, "description": "models loading or failed to load"}},
+    summary="The voice library (VOICES_DIR): names that diarized speakers are matched against",
+)
+async def voices(request: Request) -> VoicesResponse:
+    identifier = request.app.state.service.engine().speaker_identifier
+    library = identifier.library if identifier is not None else ()
+    return VoicesResponse(
+        voices=[VoiceEntry(name=voice.name, clips=voice.clips) for voice in library],
+        known_speakers=identifier is not None,
+    )
