@@ -383,3 +383,34 @@ def test_voices_dir_holds_one_or_several_clips_per_name_and_refuses_a_bad_one(tm
     (library / "silence.wav").write_bytes(wav_bytes(np.zeros(32_000)))
     with pytest.raises(ModelLoadError, match="VOICES_DIR: cannot enrol .*silence.wav: .*holds no speech"):
         load_voice_library(library, identifier)
+
+
+@pytest.mark.slow
+def test_the_endpoint_handler_names_known_speakers(monkeypatch: pytest.MonkeyPatch, converted_model) -> None:
+    """handler.py, as Inference Endpoints calls it: `known_speakers` in `parameters`, the names in
+    the speakers and turns, and the embeddings on request."""
+    from handler import EndpointHandler
+    from whosaid.config import get_model_settings
+
+    monkeypatch.setenv("ASR_MODEL", str(converted_model("whisper-tiny.en")))
+    monkeypatch.setenv("DIARIZATION_MODEL", "builtin")
+    monkeypatch.setenv("DEVICE", "cpu")
+    for name in ("ASSISTANT_MODEL", "VOICES_DIR", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    get_model_settings.cache_clear()
+    try:
+        handler = EndpointHandler("/repository")
+    finally:
+        get_model_settings.cache_clear()
+    reference = base64.b64encode(clean_speech("trn06", "FEE083")).decode()
+    parameters = {"known_speakers": {"Fiona": reference}, "return_speaker_embeddings": True}
+    body = handler({"inputs": base64.b64encode(snippet("trn09", 15.0)).decode(), "parameters": parameters})
+    identities = {identity["speaker"]: identity for identity in body["speaker_identities"]}
+    assert identities["Fiona"]["name"] == "Fiona" and identities["Fiona"]["similarity"] >= 0.5
+    assert all(len(identity["embedding"]) == 192 for identity in identities.values())
+    assert "Fiona" in {segment["speaker"] for segment in body["speakers"]}
+    assert {turn["speaker"] for turn in body["turns"]} == set(identities)
+
+    bad = {"known_speakers": {"Fiona": base64.b64encode(b"not audio" * 50).decode()}}
+    with pytest.raises(InvalidAudioError, match="known speaker 'Fiona': the reference is not usable audio"):
+        handler({"inputs": base64.b64encode(snippet("trn09", 3.0)).decode(), "parameters": bad})
