@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from tests.support.browser import chromium
 from whosaid.cli import main
 from whosaid.formats import RESPONSE_FORMATS, render
-from whosaid.results import Chunk, SpeakerSegment, SpeakerTurn, Transcript, Word
+from whosaid.results import Chunk, SpeakerIdentity, SpeakerSegment, SpeakerTurn, Transcript, Word
 from whosaid.ui import asset, audio_source, view_data
 
 NAMESPACE = "{http://www.w3.org/1999/xhtml}"
@@ -30,7 +31,7 @@ def chunk(*words: Word) -> Chunk:
     return Chunk(words[0].start_s, words[-1].end_s, "".join(w.text for w in words), words)
 
 
-def diarized() -> Transcript:
+def diarized(second_speaker: str = "SPEAKER_01") -> Transcript:
     """Two speakers who talk at once from 1.4 s to 2.2 s; text that looks like markup."""
     first = chunk(word(" Hello", 0.0, 0.5), word(" </script><b>", 0.6, 1.0), word(" there.", 1.1, 2.0))
     second = chunk(word(" Oh", 1.5, 1.8), word(" &amp;", 1.9, 2.0), word(" {{title}}", 2.1, 2.4))
@@ -42,12 +43,12 @@ def diarized() -> Transcript:
         language="en",
         speakers=(
             SpeakerSegment("SPEAKER_00", first.start_s, first.end_s, first.text.strip(), (first,)),
-            SpeakerSegment("SPEAKER_01", second.start_s, second.end_s, second.text.strip(), (second,)),
+            SpeakerSegment(second_speaker, second.start_s, second.end_s, second.text.strip(), (second,)),
             SpeakerSegment("SPEAKER_00", third.start_s, third.end_s, third.text.strip(), (third,)),
         ),
         turns=(
             SpeakerTurn(0.0, 2.2, "SPEAKER_00"),
-            SpeakerTurn(1.4, 2.5, "SPEAKER_01"),
+            SpeakerTurn(1.4, 2.5, second_speaker),
             SpeakerTurn(3.1, 3.7, "SPEAKER_00"),
         ),
         diarized=True,
@@ -94,6 +95,20 @@ def test_the_html_transcript_is_valid_and_holds_every_word_once_in_order() -> No
     ]
     # Markup in the words stays inside the JSON: no element was made of it.
     assert not list(document.iter(f"{NAMESPACE}b"))
+
+
+def test_speakers_matched_to_known_voices_carry_their_similarity() -> None:
+    identities = (
+        SpeakerIdentity(speaker="Alice", diarized_as="SPEAKER_01", name="Alice", similarity=0.7132),
+        SpeakerIdentity(speaker="SPEAKER_00", diarized_as="SPEAKER_00", name=None, similarity=0.1204),
+    )
+    transcript = replace(diarized(second_speaker="Alice"), speaker_identities=identities)
+    view = embedded_view(parse_strictly(render(transcript, "html")))
+    # Only the matched speaker: the viewer shows "Alice · 0.71" in its lane and speaker list.
+    assert view["identities"] == [{"speaker": "Alice", "name": "Alice", "similarity": 0.7132}]
+    assert [s["speaker"] for s in view["segments"]] == ["SPEAKER_00", "Alice", "SPEAKER_00"]
+    assert view_data(diarized())["identities"] == []
+    assert "data.identities" in asset("viewer.js")
 
 
 def test_a_transcript_without_speakers_is_one_segment_per_chunk() -> None:

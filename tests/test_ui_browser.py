@@ -1,7 +1,8 @@
 """The web page (GET /ui) in a real headless Chromium against a real server (whisper-tiny.en's
 real weights, the built-in diarizer, an API key): the page asks for the key, shows the API's
 errors as it gives them, uploads pyannote's sample.wav, shows the text as it streams, then one
-lane per speaker and the words; a click on a word moves the audio there."""
+lane per speaker and the words; a click on a word moves the audio there. A known voice added in
+the page (a clean turn of the sample) names its speaker, with the similarity beside the name."""
 
 from __future__ import annotations
 
@@ -133,6 +134,98 @@ def test_who_said_what_in_the_browser(server: str, page: Page, sample_wav: Path,
     assert page.evaluate("[...document.querySelectorAll('.lane-label')].map(e => e.textContent)") == ["Ann", "Bea"]
     rttm = page.evaluate("fetch(document.querySelector('#downloads a[download$=\".rttm\"]').href).then(r => r.text())")
     assert {line.split()[7] for line in rttm.splitlines()} == {"Ann", "Bea"}
+
+
+def longest_clean_turn(rttm: Path) -> tuple[str, float, float]:
+    """(speaker, start, end): the longest stretch of one speaker's turn where nobody else talks."""
+    turns = []
+    for line in rttm.read_text().splitlines():
+        fields = line.split()
+        start, duration = float(fields[3]), float(fields[4])
+        turns.append((fields[7], start, start + duration))
+    pieces = []
+    for speaker, start, end in turns:
+        others = sorted((s, e) for who, s, e in turns if who != speaker and s < end and start < e)
+        cursor = start
+        for other_start, other_end in others:
+            if other_start > cursor:
+                pieces.append((speaker, cursor, other_start))
+            cursor = max(cursor, other_end)
+        if cursor < end:
+            pieces.append((speaker, cursor, end))
+    return max(pieces, key=lambda piece: piece[2] - piece[1])
+
+
+def test_a_known_voice_added_in_the_page_names_its_speaker(
+    server: str, page: Page, sample_wav: Path, sample_audio, tmp_path: Path
+) -> None:
+    from tests.test_known_speakers import wav_bytes
+
+    speaker, start_s, end_s = longest_clean_turn(sample_wav.with_name("sample.rttm"))
+    assert (speaker, start_s, end_s) == ("speaker91", 21.78, 27.85)
+    rate = sample_audio.sample_rate_hz
+    clip = tmp_path / "speaker91.wav"
+    clip.write_bytes(wav_bytes(sample_audio.samples[int(start_s * rate) : int(end_s * rate)]))
+    short = tmp_path / "short.wav"
+    short.write_bytes(wav_bytes(sample_audio.samples[int(start_s * rate) : int((start_s + 0.5) * rate)]))
+
+    page.open(f"{server}/ui")
+    page.wait_for(visible("#key-form"), timeout_s=10)
+    page.type_into("#api-key", API_KEY)
+    submit(page, "#key-form")
+    page.wait_for(visible("#upload-form"), timeout_s=10)
+    # The server can match voices (built-in diarizer) and has no library of its own.
+    assert page.evaluate("document.querySelector('#voices').hidden") is False
+    assert page.evaluate("document.querySelector('#library').hidden") is True
+    page.set_files("#file", sample_wav)
+
+    # A clip over the 1 MiB a form field may hold (30 s of WAV as a data URL): refused in the page.
+    page.set_files("#voice-file", sample_wav)
+    submit(page, "#upload-form")
+    page.wait_for(visible("#error"), timeout_s=10)
+    assert text_of(page, "#error") == (
+        "Known voice 'sample': sample.wav is too long to send (1.2 MiB as a data URL, at most 1 MiB: "
+        "about 24 s of 16 kHz WAV). Use a shorter clip."
+    )
+    page.click(".voice-list button")
+
+    # A clip too short to describe a voice: the API's error, naming the speaker.
+    page.set_files("#voice-file", short)
+    assert page.evaluate("document.querySelector('.voice-name').value") == "short"
+    submit(page, "#upload-form")
+    page.wait_for(visible("#error"), timeout_s=60)
+    assert text_of(page, "#error").startswith(
+        "Error (invalid_audio): known speaker 'short': the reference lasts 0.50 s; it needs at least 1 s"
+    ), text_of(page, "#error")
+    page.wait_for("!document.querySelector('#submit').disabled", timeout_s=30, what="the form back")
+    page.click(".voice-list button")
+    assert page.evaluate("document.querySelectorAll('.voice-list li').length") == 0
+
+    # The clean turn as "Alice"; the Names field names the speaker no voice matched.
+    page.set_files("#voice-file", clip)
+    assert page.evaluate("document.querySelector('.voice-name').value") == "speaker91"
+    page.type_into(".voice-name", "Alice")
+    page.type_into("#names", "Bob")
+    submit(page, "#upload-form")
+    page.wait_for(visible("#viewer"), timeout_s=180, what="the speakers")
+    assert page.evaluate("document.querySelector('#error').hidden") is True
+    view = page.evaluate("window.whosaidViewer.data")
+    assert [i["name"] for i in view["identities"]] == ["Alice"]
+    similarity = view["identities"][0]["similarity"]
+    assert similarity >= 0.5  # the threshold: below it nobody is named
+    others = {segment["speaker"] for segment in view["segments"]} - {"Alice"}
+    assert len(others) == 1 and others.pop().startswith("SPEAKER_"), view["segments"]
+    # Every word of the enrolled turn is Alice's.
+    inside = {s["speaker"] for s in view["segments"] for w in s["words"] if start_s + 0.5 <= w[1] <= end_s - 0.5}
+    assert inside == {"Alice"}
+
+    # Lanes in order of first speaking: Alice's shows the similarity, the other takes "Bob".
+    labels = page.evaluate("[...document.querySelectorAll('.lane-label')].map(e => e.textContent)")
+    alice = next(label for label in labels if label.startswith("Alice \u00b7 "))
+    assert sorted(labels) == [alice, "Bob"], labels
+    assert abs(float(alice.removeprefix("Alice \u00b7 ")) - similarity) <= 0.005
+    shown = page.evaluate("[...document.querySelectorAll('#speakers .similarity')].map(e => e.textContent)")
+    assert shown == [alice.removeprefix("Alice")]
 
     page.evaluate("window.scrollTo(0, 0)")
     screenshot = page.screenshot(tmp_path / "ui.png")

@@ -40,7 +40,8 @@ def view_data(transcript: Transcript) -> dict[str, Any]:
     """What the viewer draws: the overlapping turns (one lane per speaker) and the transcript by
     speaker, each segment's words as [text, start, end] (the text keeps its leading space, so
     the words join into the transcript). Every word is in exactly one segment, in order. Without
-    word times a chunk is one "word"; without a diarizer the speaker is null."""
+    word times a chunk is one "word"; without a diarizer the speaker is null. `identities`: the
+    speakers matched to known voices (known speakers), each with the voice's name and similarity."""
     if transcript.speakers:
         pieces = [(segment.speaker, segment.chunks) for segment in transcript.speakers]
     else:
@@ -60,6 +61,11 @@ def view_data(transcript: Transcript) -> dict[str, Any]:
         "language": transcript.language,
         "turns": [turn.to_dict() for turn in sorted_turns(transcript.turns)],
         "segments": segments,
+        "identities": [
+            {"speaker": i.speaker, "name": i.name, "similarity": i.similarity}
+            for i in transcript.speaker_identities
+            if i.name is not None
+        ],
         "warnings": list(transcript.warnings),
     }
 

@@ -1,12 +1,17 @@
 // The server's page (/ui): pick, drop or record a file, send it to the OpenAI route with
 // stream=true, show the text as it arrives, then hand the transcript to the viewer (viewer.js).
 // The API key, when the server wants one, is asked once and kept in this tab (sessionStorage).
+// Known voices: (name, clip) pairs sent as known_speaker_names[] / known_speaker_references[]
+// (the clips as data URLs); the server's own library (GET /v1/voices) is listed, read-only.
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
   const KEY = "whosaid-api-key";
   const needsKey = document.body.dataset.auth === "bearer";
+  // Starlette reads at most 1 MiB per form field: a longer data URL would be refused as a "Part".
+  const MAX_REFERENCE_CHARS = 1024 * 1024;
+  const voices = [];  // { file, name: <input> } per known voice, in the order added
   let chosen = null;  // the File or recorded Blob to send
   let recorder = null;
 
@@ -33,6 +38,58 @@
   function ready() {
     $("key-form").hidden = true;
     $("upload-form").hidden = false;
+    showLibrary();
+  }
+
+  function authHeaders() {
+    const key = sessionStorage.getItem(KEY);
+    return key ? { Authorization: "Bearer " + key } : {};
+  }
+
+  // The server's voice library, read-only; no control at all when the server cannot match voices.
+  async function showLibrary() {
+    let body;
+    try {
+      const response = await fetch("/v1/voices", { headers: authHeaders() });
+      if (!response.ok) return;  // a wrong key or models loading: transcribing will say so
+      body = await response.json();
+    } catch (ignored) { return; }
+    $("voices").hidden = !body.known_speakers;
+    const names = body.voices.map((voice) => voice.name + (voice.clips > 1 ? " (" + voice.clips + " clips)" : ""));
+    $("library").textContent = "Known to the server: " + names.join(", ") + ".";
+    $("library").hidden = names.length === 0;
+  }
+
+  function addVoice(file) {
+    const row = document.createElement("li");
+    const name = document.createElement("input");
+    name.className = "voice-name";
+    name.value = file.name.replace(/\.[^.]*$/, "");
+    name.setAttribute("aria-label", "name of the voice in " + file.name);
+    const clip = document.createElement("span");
+    clip.className = "voice-clip";
+    clip.textContent = file.name;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.textContent = "Remove";
+    remove.setAttribute("aria-label", "remove the voice in " + file.name);
+    const voice = { file, name };
+    remove.addEventListener("click", () => {
+      voices.splice(voices.indexOf(voice), 1);
+      row.remove();
+    });
+    row.append(name, " ", clip, " ", remove);
+    $("voice-list").append(row);
+    voices.push(voice);
+  }
+
+  function dataUrl(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(reader.result);
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
   }
 
   function choose(file, label) {
@@ -54,7 +111,7 @@
     return { text, status: response.status };
   }
 
-  function formData() {
+  async function formData() {
     const form = new FormData();
     const name = chosen.name || "recording.webm";
     form.append("file", chosen, name);
@@ -66,6 +123,17 @@
       ["min-speakers", "min_speakers"], ["max-speakers", "max_speakers"]]) {
       const value = $(id).value.trim();
       if (value) form.append(field, value);
+    }
+    for (const voice of voices) {
+      const name = voice.name.value.trim();
+      const reference = await dataUrl(voice.file);
+      if (reference.length > MAX_REFERENCE_CHARS) {
+        throw new RangeError("Known voice '" + name + "': " + voice.file.name + " is too long to send ("
+          + (reference.length / 1048576).toFixed(1) + " MiB as a data URL, at most 1 MiB: about 24 s of"
+          + " 16 kHz WAV). Use a shorter clip.");
+      }
+      form.append("known_speaker_names[]", name);
+      form.append("known_speaker_references[]", reference);
     }
     return form;
   }
@@ -100,17 +168,25 @@
       showError("Choose, drop or record an audio file first.");
       return;
     }
-    const headers = {};
-    const key = sessionStorage.getItem(KEY);
-    if (key) headers.Authorization = "Bearer " + key;
+    const headers = authHeaders();
     const file = chosen;
     $("submit").disabled = true;
     $("live-text").textContent = "";
     $("live-text").hidden = false;
     $("viewer").hidden = true;
     status("Sending " + (file.name || "the recording") + "...");
+    let body;
     try {
-      const response = await fetch("/v1/audio/transcriptions", { method: "POST", headers, body: formData() });
+      body = await formData();
+    } catch (error) {
+      showError(error.message);
+      status("");
+      $("live-text").hidden = true;
+      $("submit").disabled = false;
+      return;
+    }
+    try {
+      const response = await fetch("/v1/audio/transcriptions", { method: "POST", headers, body });
       if (!response.ok) {
         const error = await apiError(response);
         showError(error.text);
@@ -184,6 +260,10 @@
   });
   $("file").addEventListener("change", () => { if ($("file").files.length) choose($("file").files[0]); });
   $("record").addEventListener("click", record);
+  $("voice-file").addEventListener("change", () => {
+    for (const file of $("voice-file").files) addVoice(file);
+    $("voice-file").value = "";
+  });
   $("upload-form").addEventListener("submit", transcribe);
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -1,6 +1,6 @@
 // whosaid's transcript viewer: one lane per speaker (overlapping turns visible), the transcript
 // by speaker with the word being played highlighted, click a word or a turn to seek, rename a
-// speaker in place, download SRT/VTT/RTTM/JSON with the names given. The same script draws the
+// speaker in place, a speaker matched to a known voice shown with its similarity, download SRT/VTT/RTTM/JSON with the names given. The same script draws the
 // server's page (/ui, fed by app.js) and the offline HTML file (fed by its embedded JSON).
 //
 // Long recordings: a segment's words become elements only while the segment is on screen
@@ -46,6 +46,8 @@
       for (const segment of data.segments) this.addSpeaker(segment.speaker);
       for (const turn of data.turns) this.addSpeaker(turn.speaker);
       this.names = new Map(this.speakers.map((speaker) => [speaker, speaker]));
+      // Speakers the server named after a known voice: speaker -> { name, similarity }.
+      this.matches = new Map((data.identities || []).map((identity) => [identity.speaker, identity]));
       // Every word once, in order: [segment index, index in segment] and its start.
       this.wordStarts = [];
       this.wordPlace = [];
@@ -96,15 +98,25 @@
       this.drawDownloads();
     }
 
+    // Names in order of first speaking, for the speakers no known voice named.
     setNames(names) {
+      const unnamed = this.speakers.filter((speaker) => !this.matches.has(speaker));
       names.forEach((name, index) => {
-        if (index < this.speakers.length && name.trim()) {
-          const speaker = this.speakers[index];
+        if (index < unnamed.length && name.trim()) {
+          const speaker = unnamed[index];
           this.rename(speaker, name);
           const input = document.querySelector('.speaker-name[data-for="' + CSS.escape(speaker) + '"]');
           if (input) input.value = this.name(speaker);
         }
       });
+    }
+
+    // " · 0.71" beside a speaker matched to a known voice; null for the others.
+    similarity(speaker) {
+      const match = this.matches.get(speaker);
+      if (!match || typeof match.similarity !== "number") return null;
+      return el("span", { class: "similarity", title: "sounds like the known voice " + match.name
+        + " (cosine similarity " + match.similarity + ")" }, " \u00b7 " + match.similarity.toFixed(2));
     }
 
     drawSpeakers() {
@@ -117,6 +129,8 @@
         input.value = this.name(speaker);
         input.addEventListener("input", () => this.rename(speaker, input.value));
         label.append(input);
+        const similarity = this.similarity(speaker);
+        if (similarity) label.append(similarity);
         box.append(label);
       }
     }
@@ -133,7 +147,11 @@
       this.playheads = [];
       for (const speaker of this.speakers) {
         const lane = el("div", { class: "lane", role: "group" });
-        lane.append(el("span", { class: "lane-label", "data-speaker": speaker }, this.name(speaker)));
+        const label = el("span", { class: "lane-label" });
+        label.append(el("span", { "data-speaker": speaker }, this.name(speaker)));
+        const similarity = this.similarity(speaker);
+        if (similarity) label.append(similarity);
+        lane.append(label);
         const track = el("div", { class: "track" });
         const others = this.data.turns.filter((turn) => turn.speaker !== speaker);
         for (const turn of this.data.turns.filter((turn) => turn.speaker === speaker)) {
@@ -271,6 +289,7 @@
         duration: this.data.duration, language: this.data.language,
         turns: this.data.turns.map((turn) => ({ ...turn, speaker: named(turn.speaker) })),
         segments: this.data.segments.map((segment) => ({ ...segment, speaker: named(segment.speaker) })),
+        identities: (this.data.identities || []).map((identity) => ({ ...identity, speaker: named(identity.speaker) })),
         warnings: this.data.warnings,
       }, null, 2) + "\n";
     }
