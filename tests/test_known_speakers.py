@@ -312,6 +312,16 @@ def test_bad_references_are_4xx_naming_the_culprit_and_the_server_keeps_serving(
         response = send(names, references)
         assert response.status_code == status, response.text
         assert message in response.json()["error"]["message"]
+    # Streamed, the reference is checked before the stream starts: a plain 400, not an event.
+    streamed = requests.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": ("a.wav", snippet("trn09", 3.0), "audio/wav")},
+        data=[("stream", "true"), ("known_speaker_names[]", "shorty"), ("known_speaker_references[]", short)],
+        headers=headers(),
+        timeout=120,
+    )
+    assert streamed.status_code == 400, streamed.text
+    assert "known speaker 'shorty': the reference lasts 0.50 s" in streamed.json()["error"]["message"]
     assert requests.get(f"{server}/ready", timeout=10).status_code == 200
 
 

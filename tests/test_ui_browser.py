@@ -195,7 +195,7 @@ def test_a_known_voice_added_in_the_page_names_its_speaker(
     submit(page, "#upload-form")
     page.wait_for(visible("#error"), timeout_s=60)
     assert text_of(page, "#error").startswith(
-        "Error (invalid_audio): known speaker 'short': the reference lasts 0.50 s; it needs at least 1 s"
+        "Error 400 (invalid_audio): known speaker 'short': the reference lasts 0.50 s; it needs at least 1 s"
     ), text_of(page, "#error")
     page.wait_for("!document.querySelector('#submit').disabled", timeout_s=30, what="the form back")
     page.click(".voice-list button")

@@ -127,12 +127,15 @@ class Engine:
         warnings: Sequence[str] = (),
         should_stop: Optional[StopSignal] = None,
         on_text: Optional[Callable[[str], None]] = None,
+        voices: Optional[tuple[KnownVoice, ...]] = None,
     ) -> Transcript:
         """`on_text` gets the transcript's text piece by piece, a piece per window with text
         once its batch is decoded, from this thread; the pieces join into the returned
-        transcript's `text` exactly."""
+        transcript's `text` exactly. `voices`: `known_voices(config)`, when the caller has
+        checked the references already."""
         # References are checked first: a bad one fails the request before any model runs on it.
-        voices = self.known_voices(config)
+        if voices is None:
+            voices = self.known_voices(config)
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
             return Transcript(

@@ -91,6 +91,8 @@ class TranscriptionService:
         # Audio over MAX_AUDIO_DURATION_S is refused here (AudioTooLongError, 413), before the
         # job's time budget starts or a stream sends its first byte.
         audio = engine.load_audio(inputs, config)
+        # So are references that are not usable (a 4xx naming the speaker), before a stream starts.
+        voices = engine.known_voices(config)
         stop.start_budget(self.time_budget, audio.duration_s)
         if listener is not None:
             listener.accepted(audio.duration_s)
@@ -100,6 +102,7 @@ class TranscriptionService:
             warnings=warnings,
             should_stop=stop,
             on_text=listener.text if listener is not None else None,
+            voices=voices,
         )
         if audio.duration_s >= RELEASE_AFTER_AUDIO_S:
             del audio
