@@ -322,6 +322,13 @@ def test_bad_references_are_4xx_naming_the_culprit_and_the_server_keeps_serving(
     )
     assert streamed.status_code == 400, streamed.text
     assert "known speaker 'shorty': the reference lasts 0.50 s" in streamed.json()["error"]["message"]
+    # A long clip is a form field over the multipart parser's default 1 MiB: only MAX_UPLOAD_MB bounds it.
+    from whosaid.audio import load_audio
+
+    long_clip = wav_bytes(np.tile(load_audio(clean_speech("trn06", "FEE083")).samples, 4))
+    assert len(data_url(long_clip)) > 1024 * 1024
+    response = send(["ann"], [data_url(long_clip)])
+    assert response.status_code == 200, response.text
     assert requests.get(f"{server}/ready", timeout=10).status_code == 200
 
 

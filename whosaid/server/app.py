@@ -65,7 +65,12 @@ def create_app(
         state.start_loading()
         yield
 
-    app = FastAPI(title="whosaid", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # A form's text fields (known-speaker references as data URLs) may be as large as the body
+    # MAX_UPLOAD_MB allows, not the multipart parser's default 1 MiB per field.
+    form_limits = {"max_part_size": settings.max_upload_bytes}
+    app = FastAPI(
+        title="whosaid", version=__version__, description=DESCRIPTION, lifespan=lifespan, form_limits=form_limits
+    )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.service = TranscriptionService(state, limiter, metrics, settings.time_budget)

@@ -9,8 +9,6 @@
   const $ = (id) => document.getElementById(id);
   const KEY = "whosaid-api-key";
   const needsKey = document.body.dataset.auth === "bearer";
-  // Starlette reads at most 1 MiB per form field: a longer data URL would be refused as a "Part".
-  const MAX_REFERENCE_CHARS = 1024 * 1024;
   const voices = [];  // { file, name: <input> } per known voice, in the order added
   let chosen = null;  // the File or recorded Blob to send
   let recorder = null;
@@ -127,11 +125,6 @@
     for (const voice of voices) {
       const name = voice.name.value.trim();
       const reference = await dataUrl(voice.file);
-      if (reference.length > MAX_REFERENCE_CHARS) {
-        throw new RangeError("Known voice '" + name + "': " + voice.file.name + " is too long to send ("
-          + (reference.length / 1048576).toFixed(1) + " MiB as a data URL, at most 1 MiB: about 24 s of"
-          + " 16 kHz WAV). Use a shorter clip.");
-      }
       form.append("known_speaker_names[]", name);
       form.append("known_speaker_references[]", reference);
     }
