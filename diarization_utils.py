@@ -3,8 +3,8 @@
 The implementations live in the `whosaid` package, shared with the server and the CLI.
 """
 
-from whosaid.alignment import assign_speakers, speaker_of
-from whosaid.audio import Audio, load_audio
-from whosaid.diarization import Diarizer, diarization_from_output
+from whosaid.audio.loading import Audio, load_audio
+from whosaid.speakers.attribution import assign_speakers, speaker_of
+from whosaid.speakers.diarizer import Diarizer, diarization_from_output
 
 __all__ = ["Audio", "Diarizer", "assign_speakers", "load_audio", "speaker_of", "diarization_from_output"]

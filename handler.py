@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from whosaid.cancellation import TimeBudget
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
-from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
+from whosaid.runtime.cancellation import TimeBudget
+from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 
 logger = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ ESPEAK_LINES = (
 
 def espeak_speech() -> np.ndarray:
     """ESPEAK_LINES spoken one after the other with short pauses, 16 kHz float32."""
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     espeak = shutil.which("espeak-ng")
     if espeak is None:
@@ -89,7 +89,7 @@ def tuning_clips(spec: str) -> tuple[str, list[np.ndarray]]:
         return "espeak-ng speech (not in the clips)", [espeak_speech()]
     if spec == "sample":
         return "pyannote's sample (the clips' own audio)", [sample_samples()]
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     paths = [Path(part) for part in spec.split(",") if part.strip()]
     return ", ".join(path.name for path in paths), [load_audio_file(path).samples for path in paths]
@@ -98,7 +98,7 @@ def tuning_clips(spec: str) -> tuple[str, list[np.ndarray]]:
 def build_assistants(model_dir: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The assistants to compare: --assistants as given, else an untuned one and one tuned on
     --tune, built into benchmarks/.cache/assistants/."""
-    from whosaid.assistant import TuningOptions, make_assistant
+    from whosaid.assistant.build import TuningOptions, make_assistant
 
     if args.assistants:
         return [{"name": Path(path).name, "path": path, "info": None} for path in args.assistants.split(",")]
@@ -158,7 +158,7 @@ def counting_drafts(counts: dict[str, int]) -> Iterator[None]:
 
 
 def measure(args: argparse.Namespace, model_dir: str, assistants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from whosaid.audio import Audio
+    from whosaid.audio.loading import Audio
     from whosaid.config import InferenceConfig, ModelSettings
     from whosaid.engine import Engine
 

@@ -21,8 +21,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from whosaid.audio import load_audio_file
-from whosaid.campplus import CamPlusPlusEmbedding
+from whosaid.audio.loading import load_audio_file
+from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
 
 SAMPLE_RATE_HZ = 16_000
 FRAMES_PER_S = 100

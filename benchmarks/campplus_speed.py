@@ -20,8 +20,8 @@ from typing import Optional
 
 import torch
 
-from whosaid.audio import load_audio_file
-from whosaid.campplus import CamPlusPlusEmbedding
+from whosaid.audio.loading import load_audio_file
+from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
 
 SAMPLE_RATE_HZ = 16_000
 WINDOW_S = 10

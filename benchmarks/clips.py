@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks.wer import word_error_rate as word_error_rate
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 
-SAMPLE_RATE_HZ = WHISPER_SAMPLE_RATE_HZ  # what Whisper and pyannote take; whosaid.audio decodes to this rate
+SAMPLE_RATE_HZ = WHISPER_SAMPLE_RATE_HZ  # what Whisper and pyannote take; whosaid.audio.loading decodes to this rate
 INT16_FULL_SCALE = 32767  # PCM16 WAV payloads: float samples in [-1, 1] scaled to int16
 
 # Named clips. A number of seconds that is a whole multiple of the sample's length repeats the
@@ -81,7 +81,7 @@ def sample_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def sample_samples() -> np.ndarray:
     """sample.wav decoded once by the project's own decoder (float32 mono 16 kHz)."""
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     return load_audio_file(sample_dir() / "sample.wav").samples
 

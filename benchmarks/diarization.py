@@ -51,7 +51,7 @@ def read_rttm(path: Path) -> dict[str, list[tuple[float, float, str]]]:
 
 def build_clip(seconds: int) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
     """Samples and reference turns of a clip of `seconds`."""
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     if seconds <= 30:
         reference = next(iter(read_rttm(sample_wav().with_suffix(".rttm")).values()))
@@ -86,8 +86,8 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float, met
 def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) -> dict:
     import torch
 
-    from whosaid.audio import Audio
-    from whosaid.builtin_diarizer import BuiltinDiarizer
+    from whosaid.audio.loading import Audio
+    from whosaid.speakers.builtin import BuiltinDiarizer
 
     torch.set_num_threads(threads)
     diarizer = BuiltinDiarizer.load("cpu")
@@ -125,7 +125,7 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) 
 def time_asr(model_dir: str, audio, warm: np.ndarray) -> tuple[float, float]:
     """Wall and CPU seconds of this project's transcription of `audio` (no diarizer), after one
     transcription of `warm`."""
-    from whosaid.audio import Audio
+    from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
     from whosaid.engine import Engine
 
@@ -144,7 +144,7 @@ def oracle_der(diarizer, audio, reference) -> float:
     from pyannote.audio.pipelines.clustering import OracleClustering
     from pyannote.core import Annotation, Segment
 
-    from whosaid.speaker_clustering import SpeakerCount
+    from whosaid.speakers.clustering import SpeakerCount
 
     segmentations = diarizer.segment(audio)
     annotation = Annotation()

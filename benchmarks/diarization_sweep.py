@@ -29,9 +29,9 @@ def main() -> None:
     import torch
     from pyannote.metrics.diarization import DiarizationErrorRate
 
-    from whosaid.audio import Audio, load_audio_file
-    from whosaid.builtin_diarizer import BuiltinDiarizer, BuiltinDiarizerOptions
-    from whosaid.speaker_clustering import ClusteringOptions, SpeakerCount
+    from whosaid.audio.loading import Audio, load_audio_file
+    from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
+    from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount
 
     torch.set_num_threads(args.threads)
     references = read_rttm(AMI_DIR / "ami-train.rttm")

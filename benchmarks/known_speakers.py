@@ -6,7 +6,7 @@ the other snippets, and measure the scores the matching threshold is chosen from
 Enrolment: each speaker heard in two or more snippets is enrolled once, from the snippet holding
 their longest clean turn (no other reference speaker talking), cut from the reference RTTM. Every
 snippet is then diarized by the built-in diarizer and its speakers matched against all enrolled
-voices at once (whosaid.known_speakers). Printed:
+voices at once (whosaid.speakers.known). Printed:
 
 - score distributions: cosine of each diarized speaker (mapped to the reference speaker it shares
   most exclusive time with) against its own enrolled voice (same) and every other voice
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from whosaid.audio import Audio, load_audio_file
-from whosaid.builtin_diarizer import BuiltinDiarizer
-from whosaid.known_speakers import MATCH_THRESHOLD, SpeakerIdentifier, match_speakers, mean_voice, rename
+from whosaid.audio.loading import Audio, load_audio_file
+from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
-from whosaid.vad import VoiceActivityDetector
+from whosaid.speakers.builtin import BuiltinDiarizer
+from whosaid.speakers.known import MATCH_THRESHOLD, SpeakerIdentifier, match_speakers, mean_voice, rename
 
 FRAME_S = 0.01
 

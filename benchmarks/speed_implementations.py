@@ -56,7 +56,7 @@ def _whosaid_loader(
     parameters: Callable[[Job], dict[str, Any]], *, with_assistant: bool, quantization: str = "none"
 ) -> Callable[[Job], Runner]:
     def load(job: Job) -> Runner:
-        from whosaid.audio import Audio
+        from whosaid.audio.loading import Audio
         from whosaid.config import ModelSettings
         from whosaid.engine import Engine
 
@@ -144,9 +144,9 @@ def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[J
 
 
 def _load_diarization(job: Job) -> Runner:
-    from whosaid.audio import Audio
+    from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
-    from whosaid.diarization import Diarizer
+    from whosaid.speakers.diarizer import Diarizer
 
     _torch_device_and_dtype(job.threads)
     diarizer = Diarizer.from_settings(

@@ -22,7 +22,7 @@ AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
 
 def meeting_flac() -> tuple[bytes, float]:
     from tests.support.audio_files import encode
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     samples = np.concatenate([load_audio_file(path).samples for path in sorted(AMI_DIR.glob("ami_trn*.wav"))])
     return encode(samples, 16_000, "flac"), samples.size / 16_000

@@ -50,7 +50,7 @@ def main() -> int:
 
     import importlib.util
 
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
     from whosaid.config import InferenceConfig, ModelSettings
     from whosaid.engine import Engine
 

@@ -21,7 +21,7 @@ import transformers
 
 from tests.support.reference import transcribe_with_generate
 from tests.support.tiny_whisper import build_random_whisper
-from whosaid.audio import Audio, audio_from_array, load_audio_file
+from whosaid.audio.loading import Audio, audio_from_array, load_audio_file
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
 from whosaid.engine import Engine
 

@@ -64,7 +64,7 @@ def _synchronize(device: str) -> None:
 
 
 def whosaid_runner(model_dir: str, device: str, batch_size: int, assistant_dir: Optional[str] = None) -> Transcribe:
-    from whosaid.audio import Audio
+    from whosaid.audio.loading import Audio
     from whosaid.config import InferenceConfig, ModelSettings
     from whosaid.engine import Engine
 
@@ -115,7 +115,7 @@ def build_assistant_on_the_spot(model_dir: str, device: str, steps: int) -> tupl
     """`make-assistant` into a temporary directory: first and last decoder layers, tuned for
     `steps` on pyannote's sample."""
     from benchmarks.clips import sample_samples
-    from whosaid.assistant import TuningOptions, make_assistant
+    from whosaid.assistant.build import TuningOptions, make_assistant
 
     directory = Path(tempfile.mkdtemp(prefix="whosaid-assistant-"))
     info = make_assistant(
@@ -251,7 +251,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             else:
                 if model.ct2_model is None:
                     raise SystemExit(
-                        "faster-whisper needs the CTranslate2 base checkpoint (scripts/setup_models.py's packages)"
+                        "faster-whisper needs the CTranslate2 base checkpoint (whosaid/cli/setup_models.py's packages)"
                     )
                 runner = faster_whisper_runner(model.ct2_model, args.device, batch_size)
             rows += time_rows(name, batch_size, runner, clips, repeats, args.device)

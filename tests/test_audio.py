@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support.audio_files import encode, resample
-from whosaid.audio import Audio, audio_from_array, load_audio
+from whosaid.audio.loading import Audio, audio_from_array, load_audio
 from whosaid.errors import InvalidAudioError
 
 CLIP_S = 5.0

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.audio_bombs import BOMBS, flac_bomb, wav_bomb
 from tests.support.audio_files import encode
-from whosaid.audio import load_audio
+from whosaid.audio.loading import load_audio
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, ModelSettings
 from whosaid.errors import AudioTooLongError, InvalidAudioError
 

@@ -136,7 +136,7 @@ def test_k6_rejects_an_unknown_scenario(payloads: dict) -> None:
 
 @pytest.mark.slow
 def test_runner_against_a_real_server(tmp_path: Path) -> None:
-    from whosaid.cli import COMMANDS
+    from whosaid.cli.main import COMMANDS
 
     if "serve" not in COMMANDS:
         pytest.skip("the server (`python -m whosaid serve`) is not in this checkout")

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from tests.support.threads import torch_threads
-from whosaid.audio import Audio, load_audio_file
-from whosaid.builtin_diarizer import BuiltinDiarizer, BuiltinDiarizerOptions
+from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.config import ModelSettings
-from whosaid.diarization import Diarizer
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
-from whosaid.speaker_clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
+from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.diarizer import Diarizer
 
 pytestmark = pytest.mark.slow
 

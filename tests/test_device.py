@@ -14,11 +14,11 @@ import pytest
 
 from tests.support.devices import expected_reason
 from whosaid.config import ModelSettings, get_model_settings
-from whosaid.device import cuda_fix, nvidia_driver_version, resolve_device
 from whosaid.engine import Engine
 from whosaid.errors import ModelLoadError
+from whosaid.runtime.device import cuda_fix, nvidia_driver_version, resolve_device
 
-DEVICE_LOGGER = "whosaid.device"
+DEVICE_LOGGER = "whosaid.runtime.device"
 
 # Fixtures `no_declared_gpu` and `device_model` come from tests/support/devices.py (see conftest.py).
 pytestmark = pytest.mark.usefixtures("no_declared_gpu")

@@ -12,7 +12,8 @@ import requests
 from tests.support.devices import expected_reason
 from tests.support.server import threaded_server, wait_until
 from whosaid.config import ModelSettings
-from whosaid.server import ServerSettings, create_app
+from whosaid.server.app import create_app
+from whosaid.server.settings import ServerSettings
 
 # Fixtures `no_declared_gpu` and `device_model` come from tests/support/devices.py (see conftest.py).
 pytestmark = pytest.mark.usefixtures("no_declared_gpu")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
 from tests.support.audio_files import encode, resample
-from whosaid.audio import load_audio
+from whosaid.audio.loading import load_audio
 from whosaid.config import get_model_settings
 from whosaid.errors import (
     AudioTooLongError,

@@ -15,10 +15,10 @@ import html5lib
 import pytest
 
 from tests.support.browser import chromium
-from whosaid.cli import main
+from whosaid.cli.main import main
 from whosaid.formats import RESPONSE_FORMATS, render
 from whosaid.results import Chunk, SpeakerIdentity, SpeakerSegment, SpeakerTurn, Transcript, Word
-from whosaid.ui import asset, audio_source, view_data
+from whosaid.ui.view import asset, audio_source, view_data
 
 NAMESPACE = "{http://www.w3.org/1999/xhtml}"
 

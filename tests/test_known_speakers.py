@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from whosaid.cli.transcribe import known_speaker_files
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidAudioError, InvalidParametersError
-from whosaid.known_speakers import KnownVoice, _longest_first, _subtract, decode_reference, match_speakers, rename
 from whosaid.results import Diarization, SpeakerTurn
-from whosaid.transcribe_cli import known_speaker_files
+from whosaid.speakers.known import KnownVoice, _longest_first, _subtract, decode_reference, match_speakers, rename
 
 AMI = Path(__file__).parent / "data" / "ami"
 
@@ -191,7 +191,7 @@ def clean_speech(file: str, speaker: str, max_s: float = 10.0) -> bytes:
     """A reference for `speaker`: their clean pieces of an AMI snippet (no other reference
     speaker talking), concatenated, at most `max_s`."""
     from benchmarks.known_speakers import clean_pieces, cut, read_rttm
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     pieces = clean_pieces(read_rttm(AMI / "ami-train.rttm")[file], speaker)
     return wav_bytes(cut(load_audio_file(AMI / f"ami_{file}.wav"), pieces).samples[: int(max_s * 16_000)])
@@ -202,7 +202,7 @@ def data_url(audio: bytes) -> str:
 
 
 def snippet(file: str, seconds: float) -> bytes:
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     return wav_bytes(load_audio_file(AMI / f"ami_{file}.wav").samples[: int(seconds * 16_000)])
 
@@ -323,7 +323,7 @@ def test_bad_references_are_4xx_naming_the_culprit_and_the_server_keeps_serving(
     assert streamed.status_code == 400, streamed.text
     assert "known speaker 'shorty': the reference lasts 0.50 s" in streamed.json()["error"]["message"]
     # A long clip is a form field over the multipart parser's default 1 MiB: only MAX_UPLOAD_MB bounds it.
-    from whosaid.audio import load_audio
+    from whosaid.audio.loading import load_audio
 
     long_clip = wav_bytes(np.tile(load_audio(clean_speech("trn06", "FEE083")).samples, 4))
     assert len(data_url(long_clip)) > 1024 * 1024
@@ -360,7 +360,7 @@ def test_post_root_takes_known_speakers_and_returns_embeddings(server: str) -> N
 def test_cli_voices_locally_and_with_url(
     server: str, converted_model, voices_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from whosaid.cli import main
+    from whosaid.cli.main import main
 
     audio = tmp_path / "trn09.wav"
     audio.write_bytes(snippet("trn09", 15.0))
@@ -379,10 +379,10 @@ def test_cli_voices_locally_and_with_url(
 
 @pytest.mark.slow
 def test_voices_dir_holds_one_or_several_clips_per_name_and_refuses_a_bad_one(tmp_path: Path) -> None:
-    from whosaid.campplus import CamPlusPlusEmbedding
+    from whosaid.audio.vad import VoiceActivityDetector
     from whosaid.errors import ModelLoadError
-    from whosaid.known_speakers import SpeakerIdentifier, load_voice_library
-    from whosaid.vad import VoiceActivityDetector
+    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
+    from whosaid.speakers.known import SpeakerIdentifier, load_voice_library
 
     identifier = SpeakerIdentifier(CamPlusPlusEmbedding.load(), VoiceActivityDetector.load())
     library = tmp_path / "voices"

@@ -16,11 +16,11 @@ import pytest
 from tests.support.looping_whisper import build_looping_whisper
 from tests.support.server import threaded_server
 from tests.support.tiny_whisper import build_random_whisper
-from whosaid.audio import Audio, audio_from_array
+from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.config import InferenceConfig
-from whosaid.decoding import FallbackOptions, complete_segments
 from whosaid.errors import InferenceError
-from whosaid.word_timing import SegmentTokens
+from whosaid.recognition.greedy import FallbackOptions, complete_segments
+from whosaid.recognition.word_timing import SegmentTokens
 
 POSITIONS = 64
 #: Windows of at most 10 s, one batch each: pyannote's sample makes four windows, its first
@@ -234,7 +234,8 @@ def test_a_stream_ends_with_the_warnings_and_no_error(make_engine, models, clip)
     from openai import OpenAI
 
     from tests.support.audio_files import encode
-    from whosaid.server import ServerSettings, create_app
+    from whosaid.server.app import create_app
+    from whosaid.server.settings import ServerSettings
 
     engine = make_engine(models["looping"], diarization="builtin")
     settings = ServerSettings(api_key=None)

@@ -12,8 +12,7 @@ import pytest
 
 from tests.support.audio_files import encode
 from tests.support.fallback import NEVER_FALL_BACK, with_fallback
-from whosaid.asr import ASSISTED, BATCHED
-from whosaid.assistant import (
+from whosaid.assistant.build import (
     ASSISTANT_INFO_FILE,
     TuningOptions,
     build_assistant,
@@ -22,10 +21,11 @@ from whosaid.assistant import (
     token_agreement,
     tune_assistant,
 )
-from whosaid.audio import audio_from_array
-from whosaid.cli import main as cli
+from whosaid.audio.loading import audio_from_array
+from whosaid.cli.main import main as cli
 from whosaid.config import InferenceConfig, ModelSettings
 from whosaid.errors import InvalidParametersError
+from whosaid.recognition.recognizer import ASSISTED, BATCHED
 
 
 def write_wav(path: Path, samples: np.ndarray, sample_rate_hz: int) -> Path:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from whosaid.errors import InferenceError
-from whosaid.memory import memory_released_on_failure, release_memory
+from whosaid.runtime.memory import memory_released_on_failure, release_memory
 
 HELD_MB = 200
 

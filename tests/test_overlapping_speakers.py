@@ -20,14 +20,15 @@ from pyannote.core import Annotation, Segment
 from benchmarks.wer import normalise_text
 from tests.support.conversation import MEETING_SCRIPT, Conversation, build_conversation, espeak_available
 from tests.support.server import threaded_server
-from whosaid.alignment import assign_speakers
-from whosaid.audio import Audio
-from whosaid.cli import main
-from whosaid.diarization import diarization_from_output
+from whosaid.audio.loading import Audio
+from whosaid.cli.main import main
 from whosaid.engine import Engine
 from whosaid.formats import DiarizedTranscription, VerboseTranscription
 from whosaid.results import Diarization, SpeakerTurn, Word
-from whosaid.server import ServerSettings, create_app
+from whosaid.server.app import create_app
+from whosaid.server.settings import ServerSettings
+from whosaid.speakers.attribution import assign_speakers
+from whosaid.speakers.diarizer import diarization_from_output
 
 PARAMETERS = {"language": "en"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whosaid.audio import Audio, audio_from_array, load_audio_file
+from whosaid.audio.loading import Audio, audio_from_array, load_audio_file
 from whosaid.config import MAX_PROMPT_CHARS, InferenceConfig
 from whosaid.errors import InvalidParametersError
 

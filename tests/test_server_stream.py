@@ -16,10 +16,11 @@ from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
 
 from tests.support.audio_files import encode
 from tests.support.server import server_process, threaded_server, wait_until
-from whosaid.asr import window_batches
-from whosaid.audio import load_audio_file
-from whosaid.server import ServerSettings, create_app
-from whosaid.vad import SpeechWindow, VoiceActivityDetector
+from whosaid.audio.loading import load_audio_file
+from whosaid.audio.vad import SpeechWindow, VoiceActivityDetector
+from whosaid.recognition.recognizer import window_batches
+from whosaid.server.app import create_app
+from whosaid.server.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,11 @@ import pytest
 
 from benchmarks.wer import normalise_text
 from tests.support.conversation import FAST_EXCHANGE_SCRIPT, FAST_VOICES, Conversation, build_conversation
-from whosaid.alignment import assign_speakers
-from whosaid.audio import Audio, audio_from_array
+from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
 from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn, Transcript
+from whosaid.speakers.attribution import assign_speakers
 
 MAX_CPWER_OVER_WER = 0.01
 

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from whosaid.asr import SpeechRecognizer
-from whosaid.audio import Audio
+from whosaid.audio.loading import Audio
+from whosaid.audio.vad import SpeechWindow, plan_joined_windows, plan_windows
 from whosaid.config import InferenceConfig
-from whosaid.vad import SpeechWindow, plan_joined_windows, plan_windows
+from whosaid.recognition.recognizer import SpeechRecognizer
 
 REGIONS = [(1.0, 4.0), (4.3, 9.0), (15.0, 20.0), (40.0, 52.0), (60.0, 75.0), (76.0, 78.0)]
 

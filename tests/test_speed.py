@@ -14,11 +14,17 @@ import pytest
 from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
 from tests.support.reference import transcribe_with_generate
 from tests.support.threads import torch_threads
-from whosaid.asr import BATCHED
-from whosaid.audio import Audio, audio_from_array
+from whosaid.audio.loading import Audio, audio_from_array
+from whosaid.audio.vad import SpeechWindow, VoiceActivityDetector, plan_windows
 from whosaid.config import InferenceConfig
-from whosaid.decoding import FallbackOptions, GreedyWhisperDecoder, compression_ratio, needs_fallback, split_segments
-from whosaid.vad import SpeechWindow, VoiceActivityDetector, plan_windows
+from whosaid.recognition.greedy import (
+    FallbackOptions,
+    GreedyWhisperDecoder,
+    compression_ratio,
+    needs_fallback,
+    split_segments,
+)
+from whosaid.recognition.recognizer import BATCHED
 
 RATE = 16_000
 
@@ -103,7 +109,7 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     import torch
     import torch.nn.functional as F
 
-    from whosaid.decoder_step import affine
+    from whosaid.recognition.decoder_step import affine
 
     generator = torch.Generator().manual_seed(threads)
     weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
@@ -201,7 +207,7 @@ def test_logits_rules_mask_what_generates_processors_mask(tiny_en_engine) -> Non
     the same -inf on the same tokens as transformers' processors, the other scores unchanged."""
     import torch
 
-    from whosaid.logits_rules import WhisperLogitsRules
+    from whosaid.recognition.logits_rules import WhisperLogitsRules
 
     generation_config = tiny_en_engine.recognizer.model.generation_config
     vocabulary = tiny_en_engine.recognizer.model.config.vocab_size
@@ -290,7 +296,7 @@ def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sampl
 
 
 def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
-    from whosaid.asr import clean_chunks
+    from whosaid.recognition.recognizer import clean_chunks
 
     spans = [(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
     return clean_chunks(spans, duration_s)
@@ -334,7 +340,7 @@ def test_vad_skips_the_leading_silence_and_keeps_windows_inside_the_audio(sample
 def test_vad_loading_keeps_torchs_thread_count() -> None:
     import torch
 
-    from whosaid.vad import _load_silero_sequence_model
+    from whosaid.audio.vad import _load_silero_sequence_model
 
     before = torch.get_num_threads()
     _load_silero_sequence_model.cache_clear()
@@ -404,9 +410,9 @@ def test_int8_quantizes_every_linear_layer_and_still_transcribes(tiny_whisper, s
 def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> None:
     # float16 on the CPU stands for every set-up int8 is not for: CUDA cannot be tried here, and
     # DEVICE=cuda without a usable GPU is refused earlier, by the device check.
-    from whosaid.asr import SpeechRecognizer
     from whosaid.config import ModelSettings
     from whosaid.errors import ModelLoadError
+    from whosaid.recognition.recognizer import SpeechRecognizer
 
     settings = ModelSettings(
         asr_model=str(tiny_whisper("speed-main", seed=5)), device="cpu", dtype="float16", quantization="int8"
@@ -424,7 +430,7 @@ def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, q
 
     import jiwer
 
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
     from whosaid.config import ModelSettings
     from whosaid.engine import Engine
 

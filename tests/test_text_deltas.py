@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from whosaid.streaming import TextDeltas
+from whosaid.recognition.text_deltas import TextDeltas
 
 BATCHES = [
     [[" Hello.", " Oh, hello. "], ["   "], [" I didn't know", " you were there.  "], [" Bye."]],

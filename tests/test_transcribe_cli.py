@@ -15,11 +15,11 @@ import pytest
 from tests.support.audio_bombs import flac_bomb
 from tests.support.audio_files import encode
 from tests.support.threads import torch_threads
-from whosaid import model_options
-from whosaid.cli import main
+from whosaid.cli import model_options
+from whosaid.cli.main import main
+from whosaid.cli.transcribe import PROGRESS_TEXT_CHARS, text_progress
 from whosaid.errors import ModelLoadError
 from whosaid.server.schemas import TranscriptResponse
-from whosaid.transcribe_cli import PROGRESS_TEXT_CHARS, text_progress
 
 
 @pytest.fixture(autouse=True)

@@ -254,7 +254,7 @@ def test_response_format_html_embeds_the_audio_on_request(server: str, sample_wa
 def test_the_cli_writes_the_page_from_a_remote_server(server: str, sample_wav: Path, tmp_path: Path) -> None:
     import html5lib
 
-    from whosaid.cli import main
+    from whosaid.cli.main import main
 
     audio = tmp_path / "calls" / "sample.wav"
     audio.parent.mkdir()

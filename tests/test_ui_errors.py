@@ -15,7 +15,8 @@ from tests.support.audio_files import encode
 from tests.support.browser import Page, chromium
 from tests.support.server import threaded_server
 from whosaid.errors import ModelLoadError
-from whosaid.server import ServerSettings, create_app
+from whosaid.server.app import create_app
+from whosaid.server.settings import ServerSettings
 from whosaid.server.state import LOADING_RETRY_AFTER_S
 
 

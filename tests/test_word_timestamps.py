@@ -1,4 +1,4 @@
-"""Word timestamps (whosaid/word_timing.py): the DTW against openai/whisper's loop, and on real
+"""Word timestamps (whosaid/recognition/word_timing.py): the DTW against openai/whisper's loop, and on real
 speech (pyannote's sample, whisper-base) against faster-whisper's `word_timestamps=True` on the
 same CTranslate2 weights; the invariants every response keeps."""
 
@@ -14,7 +14,7 @@ from benchmarks.word_timestamps import matched_words
 from tests.support.ctranslate2_models import faster_whisper_dir
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError
-from whosaid.word_timing import _merge_punctuations, _Timing, dtw
+from whosaid.recognition.word_timing import _merge_punctuations, _Timing, dtw
 
 # The issue's bound: median |start difference| and |end difference| over matched words.
 MAX_MEDIAN_DIFFERENCE_S = 0.05

@@ -1,5 +1,5 @@
 import sys
 
-from whosaid.cli import main
+from whosaid.cli.main import main
 
 sys.exit(main())

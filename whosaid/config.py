@@ -71,7 +71,7 @@ class ModelSettings(BaseSettings):
         ge=0,
         description="assisted='auto' decodes audio up to this long with the assistant, longer audio "
         "batched. Unset: the crossover measured by benchmarks/assisted.py for the device "
-        "(whosaid.assistant.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
+        "(whosaid.assistant.build.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
     )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."
@@ -146,9 +146,9 @@ class ModelSettings(BaseSettings):
     def resolved_device(self) -> str:
         """The torch device to load on. Raises ModelLoadError when DEVICE=cuda[:N] cannot be
         used (never falls back to the CPU); 'auto' logs an error when the machine declares a
-        GPU that torch cannot use, then runs on the CPU (whosaid.device.resolve_device)."""
+        GPU that torch cannot use, then runs on the CPU (whosaid.runtime.device.resolve_device)."""
         if self._resolved_device is None:
-            from whosaid.device import resolve_device
+            from whosaid.runtime.device import resolve_device
 
             self._resolved_device = resolve_device(self.device)
         return self._resolved_device

@@ -10,17 +10,17 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from whosaid.alignment import assign_speakers
-from whosaid.asr import SpeechRecognizer
-from whosaid.audio import Audio, AudioInput, load_audio, load_audio_file
-from whosaid.cancellation import StopSignal, TimeBudget
+from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
-from whosaid.device import ModelRuntime, is_out_of_memory
-from whosaid.diarization import Diarizer
 from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError, OutOfMemoryError, WhosaidError
-from whosaid.known_speakers import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
+from whosaid.recognition.recognizer import SpeechRecognizer
+from whosaid.recognition.text_deltas import TextDeltas
 from whosaid.results import Transcript
-from whosaid.streaming import TextDeltas
+from whosaid.runtime.cancellation import StopSignal, TimeBudget
+from whosaid.runtime.device import ModelRuntime, is_out_of_memory
+from whosaid.speakers.attribution import assign_speakers
+from whosaid.speakers.diarizer import Diarizer
+from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def _speaker_identifier(
 ) -> Optional[SpeakerIdentifier]:
     """Known speakers with the built-in diarizer: its CAM++ encoder embeds the voices, and
     VOICES_DIR is embedded here, once."""
-    from whosaid.builtin_diarizer import BuiltinDiarizer
+    from whosaid.speakers.builtin import BuiltinDiarizer
 
     if not isinstance(diarizer, BuiltinDiarizer):
         if settings.voices_dir:

@@ -59,7 +59,7 @@ class OutOfMemoryError(InferenceError):
 
 class JobStoppedError(WhosaidError):
     """The job was stopped between two window batches before it finished (see
-    whosaid.cancellation.StopSignal). The subclass says why; none is the client's input fault."""
+    whosaid.runtime.cancellation.StopSignal). The subclass says why; none is the client's input fault."""
 
     code = "job_stopped"
 

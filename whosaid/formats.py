@@ -145,7 +145,7 @@ def render(
     audio_src: Optional[str] = None,
 ) -> Union[str, JsonFormatModel]:
     """The transcript in `response_format`: a string for the text formats, a model for JSON.
-    `audio_src`: html only, the audio the page plays (whosaid.ui.audio_source); None: no player."""
+    `audio_src`: html only, the audio the page plays (whosaid.ui.view.audio_source); None: no player."""
     if response_format == "json":
         return to_json(transcript)
     if response_format == "verbose_json":
@@ -161,7 +161,7 @@ def render(
     if response_format == "rttm":
         return to_rttm(transcript, file_id=file_id)
     if response_format == "html":
-        from whosaid.ui import html_transcript
+        from whosaid.ui.view import html_transcript
 
         return html_transcript(transcript, title=file_id, audio_src=audio_src)
     raise ValueError(f"unknown response format {response_format!r}; one of {', '.join(RESPONSE_FORMATS)}")

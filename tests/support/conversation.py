@@ -148,7 +148,7 @@ def espeak_available() -> bool:
 
 def synthesize(text: str, voice: Voice) -> np.ndarray:
     """One line spoken by `voice`, at 16 kHz, with its leading and trailing silence removed."""
-    from whosaid.audio import load_audio_file
+    from whosaid.audio.loading import load_audio_file
 
     espeak = shutil.which("espeak-ng")
     if espeak is None:

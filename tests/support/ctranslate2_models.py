@@ -9,8 +9,8 @@ from pathlib import Path
 def faster_whisper_dir(name: str, into: Path) -> Path:
     """The packaged CTranslate2 checkpoint `name` (e.g. "whisper-base") in a folder faster-whisper
     loads: it needs one model.bin, so a checkpoint split over packages is joined into `into`."""
-    import scripts.setup_models as setup_models
-    from whosaid.convert import resolve_source
+    import whosaid.cli.setup_models as setup_models
+    from whosaid.convert.source import resolve_source
 
     resolved = resolve_source(setup_models.checkpoint_sources(name))
     if len(resolved.model_parts) == 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from whosaid.device import declared_gpu, nvidia_driver_version
+from whosaid.runtime.device import declared_gpu, nvidia_driver_version
 
 
 def declare_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

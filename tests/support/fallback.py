@@ -6,8 +6,8 @@ force it on every window."""
 
 from __future__ import annotations
 
-from whosaid.decoding import FallbackOptions
 from whosaid.engine import Engine
+from whosaid.recognition.greedy import FallbackOptions
 
 NEVER_FALL_BACK = FallbackOptions(logprob_threshold=float("-inf"), compression_ratio_threshold=float("inf"))
 # ... and never call a window silence, which needs a low log-probability too.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from whosaid.asr import SpeechRecognizer, clean_chunks
-from whosaid.audio import Audio
+from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_WINDOW_S
+from whosaid.recognition.recognizer import SpeechRecognizer, clean_chunks
 from whosaid.results import Chunk
 
 

@@ -275,7 +275,7 @@ def _add_settings_options(parser: argparse.ArgumentParser, *, create: bool) -> N
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the deploy sub-commands on `parser` (used by `whosaid.cli` and by `main`)."""
+    """Register the deploy sub-commands on `parser` (used by `whosaid.cli.main` and by `main`)."""
     token = argparse.ArgumentParser(add_help=False)
     token.add_argument(
         "--token",

@@ -104,7 +104,7 @@ def _engine_factory(engine: Union[EngineFactory, ModelSettings, None]) -> Engine
     if isinstance(engine, ModelSettings):
         return lambda: Engine.from_settings(engine)
     if engine is None:
-        from whosaid.model_options import resolve_model_settings
+        from whosaid.cli.model_options import resolve_model_settings
 
         return lambda: Engine.from_settings(resolve_model_settings())
     return engine

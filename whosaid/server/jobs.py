@@ -25,8 +25,8 @@ from typing import Awaitable, Callable, Optional, TypeVar
 import anyio
 import anyio.to_thread
 
-from whosaid.cancellation import StopSignal
 from whosaid.errors import ClientGoneError, ShuttingDownError
+from whosaid.runtime.cancellation import StopSignal
 from whosaid.server.errors import ApiError
 
 logger = logging.getLogger(__name__)

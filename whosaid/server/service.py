@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
-from whosaid.audio import AudioInput
-from whosaid.cancellation import StopSignal, TimeBudget
+from whosaid.audio.loading import AudioInput
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
-from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 from whosaid.results import Transcript
+from whosaid.runtime.cancellation import StopSignal, TimeBudget
+from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.metrics import Metrics
 from whosaid.server.state import EngineState

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from whosaid.cancellation import DEFAULT_BUDGET_BASE_S, DEFAULT_BUDGET_PER_AUDIO_S, TimeBudget
+from whosaid.runtime.cancellation import DEFAULT_BUDGET_BASE_S, DEFAULT_BUDGET_PER_AUDIO_S, TimeBudget
 
 BYTES_PER_MB = 1024 * 1024
 

@@ -12,7 +12,7 @@ The deltas join into the done event's `text`, which is the non-streaming answer'
 Speaker labels need the whole recording (the diarizer runs after the last window), so segment
 events with speakers come after the last delta, just before `done`; they are diarized_json's
 segments, so they never overlap even where two speakers talk at once. With word timestamps asked
-for, the done event also carries `view`, the transcript as the web page draws it (whosaid.ui's
+for, the done event also carries `view`, the transcript as the web page draws it (whosaid.ui.view's
 `view_data`: turns, and segments with their timed words), so the page needs no second request.
 
 The request is admitted like any other (auth, body limit, queue, time budget). Nothing is sent
@@ -39,7 +39,7 @@ from whosaid.formats import to_diarized_json
 from whosaid.results import Transcript
 from whosaid.server.errors import ApiError, ErrorDetail, ErrorResponse, core_error_status, error_type
 from whosaid.server.service import TranscriptionService
-from whosaid.ui import view_data
+from whosaid.ui.view import view_data
 
 logger = logging.getLogger(__name__)
 

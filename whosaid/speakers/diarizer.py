@@ -1,6 +1,6 @@
 """Speaker diarization: the `Diarizer` interface, chosen by DIARIZATION_MODEL, and its pyannote.audio
 implementation, which runs on the in-memory waveform (never a file path). The built-in diarizer
-(DIARIZATION_MODEL=builtin) lives in whosaid.builtin_diarizer."""
+(DIARIZATION_MODEL=builtin) lives in whosaid.speakers.builtin."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import os
 from typing import Any, Optional
 
-from whosaid.audio import Audio
+from whosaid.audio.loading import Audio
 from whosaid.config import ModelSettings
 from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError
 from whosaid.results import Diarization, SpeakerTurn
@@ -36,7 +36,7 @@ class Diarizer:
         name = settings.diarization_model
         assert name, "from_settings needs DIARIZATION_MODEL"
         if name.strip().lower() == BUILTIN_MODEL:
-            from whosaid.builtin_diarizer import BuiltinDiarizer
+            from whosaid.speakers.builtin import BuiltinDiarizer
 
             return BuiltinDiarizer.load(settings.resolved_device())
         return PyannoteDiarizer.from_settings(settings)

@@ -148,8 +148,8 @@ def pseudo_labels(
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
+    from whosaid.audio.vad import VoiceActivityDetector
     from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-    from whosaid.vad import VoiceActivityDetector
 
     vad = VoiceActivityDetector.load()
     windows = [window.samples(clip) for clip in clips for window in vad.windows(clip, max_window_s)]

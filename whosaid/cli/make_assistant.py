@@ -1,5 +1,5 @@
 """`whosaid make-assistant`: build a speculative-decoding assistant from a Whisper model's own
-decoder (whosaid.assistant), optionally tuned on your audio, ready for ASSISTANT_MODEL=DIR.
+decoder (whosaid.assistant.build), optionally tuned on your audio, ready for ASSISTANT_MODEL=DIR.
 
     python -m whosaid make-assistant --model models/whisper-base --output models/whisper-base-assistant
     python -m whosaid make-assistant --model models/whisper-base --output DIR --tune recordings/ --steps 200
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from whosaid.model_options import EMBEDDED_ASR_MODEL_DIR
+from whosaid.cli.model_options import EMBEDDED_ASR_MODEL_DIR
 
 #: Files --tune picks up from a directory (anything PyAV decodes works when named directly).
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".webm", ".aac")
@@ -60,8 +60,8 @@ def tuning_files(paths: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whosaid.assistant import TuningOptions, make_assistant
-    from whosaid.audio import load_audio_file
+    from whosaid.assistant.build import TuningOptions, make_assistant
+    from whosaid.audio.loading import load_audio_file
     from whosaid.errors import WhosaidError
 
     if args.steps < 1 or args.learning_rate <= 0:

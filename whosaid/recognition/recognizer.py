@@ -1,9 +1,9 @@
 """Whisper speech recognition: model loading, and transcription of the speech windows the VAD
-finds, decoded in batches (greedy, the lean loop of whosaid.decoding) or one at a time with
+finds, decoded in batches (greedy, the lean loop of whosaid.recognition.greedy) or one at a time with
 speculative decoding (assisted). Both paths fall back to beam search where Whisper's own quality
 checks fail, so they give the same transcript; the assistant only changes how fast. Both read
 the request's DecodingOptions the same way: prompt and hotwords as previous text, the language
-once or per window, and word timestamps (whosaid.word_timing) for the windows decoded."""
+once or per window, and word timestamps (whosaid.recognition.word_timing) for the windows decoded."""
 
 from __future__ import annotations
 
@@ -13,11 +13,17 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from whosaid.audio import Audio
-from whosaid.cancellation import StopSignal
-from whosaid.chunks import Span, clean_chunks
+from whosaid.audio.loading import Audio
+from whosaid.audio.vad import (
+    JOINED_WINDOW_PAUSE_S,
+    SpeechWindow,
+    VoiceActivityDetector,
+    plan_joined_windows,
+    plan_windows,
+)
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
-from whosaid.decoding import (
+from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
+from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     DecodingOptions,
     FallbackOptions,
@@ -28,12 +34,12 @@ from whosaid.decoding import (
     needs_fallback,
     split_segments,
 )
-from whosaid.device import is_out_of_memory
-from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
-from whosaid.model_loading import load_assistant, load_whisper
+from whosaid.recognition.loading import load_assistant, load_whisper
+from whosaid.recognition.segments import Span, clean_chunks
+from whosaid.recognition.word_timing import SegmentTokens, WordTimer
 from whosaid.results import Chunk, Word
-from whosaid.vad import JOINED_WINDOW_PAUSE_S, SpeechWindow, VoiceActivityDetector, plan_joined_windows, plan_windows
-from whosaid.word_timing import SegmentTokens, WordTimer
+from whosaid.runtime.cancellation import StopSignal
+from whosaid.runtime.device import is_out_of_memory
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +84,7 @@ class SpeechRecognizer:
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
         self.fallback = fallback
         self.language_switch_pause_s = language_switch_pause_s
-        # The longest audio 'auto' assists (whosaid.assistant.assisted_max_duration_s).
+        # The longest audio 'auto' assists (whosaid.assistant.build.assisted_max_duration_s).
         self.assisted_max_duration_s = assisted_max_duration_s
         # None: contiguous windows, pauses kept; else speech joined, pauses cut to this (vad.py).
         self.window_pause_s = window_pause_s
@@ -92,7 +98,7 @@ class SpeechRecognizer:
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "SpeechRecognizer":
-        from whosaid.assistant import assisted_max_duration_s
+        from whosaid.assistant.build import assisted_max_duration_s
 
         model, processor = load_whisper(settings)
         assistant = None
@@ -120,8 +126,8 @@ class SpeechRecognizer:
         return self.assistant is not None
 
     def uses_assistant(self, config: InferenceConfig, duration_s: float) -> bool:
-        """'auto' assists up to the measured crossover duration (whosaid.assistant.assists)."""
-        from whosaid.assistant import assists
+        """'auto' assists up to the measured crossover duration (whosaid.assistant.build.assists)."""
+        from whosaid.assistant.build import assists
 
         return assists(self.assistant, config, duration_s, self.assisted_max_duration_s)
 

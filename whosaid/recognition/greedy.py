@@ -4,8 +4,8 @@ temperature fallback.
 `WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
-same decoder arithmetic (whosaid.decoder_step: one hand-written step over the model's weights)
-under the same Whisper logits rules (whosaid.logits_rules: generate's processors, without their
+same decoder arithmetic (whosaid.recognition.decoder_step: one hand-written step over the model's weights)
+under the same Whisper logits rules (whosaid.recognition.logits_rules: generate's processors, without their
 per-step costs), so it picks the same tokens as greedy
 `generate` (tests/test_speed.py checks it token for token on transformers 4.57 and 5); rows that
 reach end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
@@ -19,8 +19,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from whosaid.decoder_step import WhisperDecoderStep
-from whosaid.logits_rules import WhisperLogitsRules
+from whosaid.recognition.decoder_step import WhisperDecoderStep
+from whosaid.recognition.logits_rules import WhisperLogitsRules
 
 WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
 

@@ -16,8 +16,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from whosaid.audio.containers import check_complete, wav_declared_duration_s
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-from whosaid.containers import check_complete, wav_declared_duration_s
 from whosaid.errors import AudioTooLongError, InvalidAudioError
 
 SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"

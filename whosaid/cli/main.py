@@ -14,11 +14,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("whosaid.convert.cli", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
     "deploy": ("whosaid.deploy.cli", "create and manage the Inference Endpoint"),
     "make-assistant": (
-        "whosaid.assistant_cli",
+        "whosaid.cli.make_assistant",
         "build a speculative-decoding assistant from a Whisper model's own decoder",
     ),
-    "transcribe": ("whosaid.transcribe_cli", "transcribe (and diarize) audio files"),
-    "serve": ("whosaid.serve_cli", "run the HTTP server (Inference Endpoints and OpenAI-compatible API)"),
+    "transcribe": ("whosaid.cli.transcribe", "transcribe (and diarize) audio files"),
+    "serve": ("whosaid.cli.serve", "run the HTTP server (Inference Endpoints and OpenAI-compatible API)"),
 }
 
 

@@ -2,7 +2,7 @@
 
     10 s chunks every `segmentation_step_s` -> pyannote's segmentation-3.0 (powerset: up to three
     local speakers per chunk, two at once) -> one CAM++ embedding per local speaker that speaks
-    in the chunk, batched -> speaker count and clustering (whosaid.speaker_clustering)
+    in the chunk, batched -> speaker count and clustering (whosaid.speakers.clustering)
     -> pyannote's reconstruction: per frame, the `count` most active speakers.
 
 Segmentation, the per-frame speaker count and the reconstruction are pyannote.audio's own code
@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from whosaid.audio import Audio
+from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-from whosaid.diarization import BUILTIN_MODEL, Diarizer, diarization_from_output, too_many_speakers
 from whosaid.errors import InferenceError
 from whosaid.results import Diarization
-from whosaid.speaker_clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.diarizer import BUILTIN_MODEL, Diarizer, diarization_from_output, too_many_speakers
 
 __all__ = ["BUILTIN_MODEL", "BuiltinDiarizer", "BuiltinDiarizerOptions", "SpeakerEmbedding"]
 
@@ -94,7 +94,7 @@ class BuiltinDiarizer(Diarizer):
         import torch
         from pyannote.audio import Model
 
-        from whosaid.campplus import CamPlusPlusEmbedding, segmentation_model_dir
+        from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
 
         segmentation = Model.from_pretrained(str(segmentation_model_dir()))
         if segmentation is None:

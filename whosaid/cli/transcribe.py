@@ -1,5 +1,5 @@
 """`whosaid transcribe FILE|DIR...`: the core on local files, without a server; with `--url`,
-the same files sent to remote endpoints instead (whosaid.remote).
+the same files sent to remote endpoints instead (whosaid.cli.remote).
 
 Output formats: json (the full transcript, as POST / answers), verbose_json, diarized_json,
 text, srt, vtt, rttm (the last two of those need a diarization model), html (one page that opens
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from whosaid.model_options import add_model_arguments
+from whosaid.cli.model_options import add_model_arguments
 
 if TYPE_CHECKING:
     from whosaid.results import Transcript
@@ -116,12 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from whosaid.cli.model_options import model_settings_from_args
     from whosaid.config import InferenceConfig
     from whosaid.engine import Engine
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
     from whosaid.formats import DIARIZED_FORMATS
-    from whosaid.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
-    from whosaid.model_options import model_settings_from_args
+    from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 
     parameters, problem = _parameters(args), None
     try:
@@ -205,7 +205,7 @@ def _check_remote_arguments(args: argparse.Namespace) -> Optional[str]:
 def _run_remote(args: argparse.Namespace, parameters: dict[str, Any]) -> int:
     from tqdm import tqdm
 
-    from whosaid.remote import FileJob, FileOutcome, RemoteOptions, RemoteTranscriber
+    from whosaid.cli.remote import FileJob, FileOutcome, RemoteOptions, RemoteTranscriber
 
     options = RemoteOptions(
         urls=tuple(_base_url(url) for url in args.url),
@@ -278,7 +278,7 @@ def _parameters(args: argparse.Namespace) -> dict[str, Any]:
 
 def known_speaker_files(speakers: list[str], voices: Optional[Path]) -> list[tuple[str, Path]]:
     """(name, clip) of each --speaker NAME=FILE, then of each clip in --voices DIR (its stem is the name)."""
-    from whosaid.known_speakers import AUDIO_SUFFIXES
+    from whosaid.speakers.known import AUDIO_SUFFIXES
 
     known = []
     for value in speakers:
@@ -353,7 +353,7 @@ def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, man
     output_format = args.format
     audio_src = None
     if output_format == "html":
-        from whosaid.ui import audio_source
+        from whosaid.ui.view import audio_source
 
         page_dir = Path()
         if args.output_dir is not None:
@@ -362,7 +362,7 @@ def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, man
         audio_src = audio_source(path.read_bytes() if args.html_audio == "embed" else b"", relative, args.html_audio)
     text = render_output(transcript, output_format, task=task, file_id=path.stem, audio_src=audio_src)
     if args.output_dir is not None:
-        from whosaid.remote import write_atomically
+        from whosaid.cli.remote import write_atomically
 
         write_atomically(output_path(args.output_names[path], args.output_dir, output_format), text)
     elif many and output_format in JSON_FORMATS:

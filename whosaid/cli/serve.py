@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from whosaid.model_options import add_model_arguments
+from whosaid.cli.model_options import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from whosaid.cli.model_options import model_settings_from_args
     from whosaid.errors import ModelLoadError
-    from whosaid.model_options import model_settings_from_args
-    from whosaid.server import ServerSettings, create_app
+    from whosaid.server.app import create_app
+    from whosaid.server.settings import ServerSettings
     from whosaid.server.shutdown import serve
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -20,7 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from whosaid.audio import Audio, load_audio, load_audio_file
+from whosaid.audio.loading import Audio, load_audio, load_audio_file
+from whosaid.audio.vad import VadOptions
 from whosaid.config import (
     DEFAULT_KNOWN_SPEAKER_THRESHOLD,
     MAX_KNOWN_SPEAKERS,
@@ -29,7 +30,6 @@ from whosaid.config import (
 )
 from whosaid.errors import AudioTooLongError, InvalidAudioError, InvalidParametersError, ModelLoadError
 from whosaid.results import Diarization, SpeakerIdentity, SpeakerTurn
-from whosaid.vad import VadOptions
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Command line: `python -m whosaid <command>` (main), one module per command."""
