@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
@@ -187,47 +187,55 @@ FORMATS: dict[str, OutputFormat] = {
         OutputFormat(
             "json",
             lambda transcript, _: to_json(transcript),
-            JSON_MEDIA_TYPE,
-            ".json",
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".json",
             json_model=JsonTranscription,
             streamable=True,
         ),
-        OutputFormat("text", lambda transcript, _: to_text(transcript), "text/plain", ".txt", streamable=True),
-        OutputFormat("srt", lambda transcript, _: to_srt(transcript), "application/x-subrip", ".srt"),
-        OutputFormat("vtt", lambda transcript, _: to_vtt(transcript), "text/vtt", ".vtt"),
+        OutputFormat(
+            "text", lambda transcript, _: to_text(transcript), media_type="text/plain", suffix=".txt", streamable=True
+        ),
+        OutputFormat("srt", lambda transcript, _: to_srt(transcript), media_type="application/x-subrip", suffix=".srt"),
+        OutputFormat("vtt", lambda transcript, _: to_vtt(transcript), media_type="text/vtt", suffix=".vtt"),
         OutputFormat(
             "verbose_json",
             lambda transcript, rendering: to_verbose_json(transcript, task=rendering.task),
-            JSON_MEDIA_TYPE,
-            ".verbose.json",
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".verbose.json",
             json_model=VerboseTranscription,
             words_on_request=True,
         ),
         OutputFormat(
             "diarized_json",
             lambda transcript, _: to_diarized_json(transcript),
-            JSON_MEDIA_TYPE,
-            ".diarized.json",
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".diarized.json",
             json_model=DiarizedTranscription,
             needs_speakers=True,
             streamable=True,
-            translatable=False,  # OpenAI's TranscriptionDiarized: task is always "transcribe"
+            translatable=False,  # OpenAI's TranscriptionDiarized: its task is always "transcribe"
         ),
         OutputFormat(
             "rttm",
             lambda transcript, rendering: to_rttm(transcript, file_id=rendering.file_id),
-            "text/plain",
-            ".rttm",
+            media_type="text/plain",
+            suffix=".rttm",
             needs_speakers=True,
         ),
-        OutputFormat("html", _html, "text/html", ".html", needs_words=True, plays_audio=True),
+        OutputFormat(
+            "html", _html, media_type="text/html", suffix=".html", needs_words=True, plays_audio=True
+        ),
     )
 }
 RESPONSE_FORMATS: tuple[str, ...] = tuple(FORMATS)
 #: The formats' names as a type: the routes' form validates `response_format` against it.
 ResponseFormat = Literal[RESPONSE_FORMATS]  # type: ignore[valid-type]
-#: The JSON formats' models (the routes' response models).
-JsonFormatModel = Union[tuple(row.json_model for row in FORMATS.values() if row.json_model)]  # type: ignore[valid-type]
+
+
+def json_models(task: Task = "transcribe") -> Any:
+    """The models of the JSON formats `task`'s route offers, as one Union (its response model)."""
+    offered = [row for row in FORMATS.values() if row.translatable or task != "translate"]
+    return Union[tuple(row.json_model for row in offered if row.json_model)]
 
 
 def output_format(name: str) -> OutputFormat:

@@ -17,13 +17,13 @@ diarized speaker's embedding in verbose_json and diarized_json.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from whosaid.formats import FORMATS, JsonFormatModel, OutputFormat, Rendering, ResponseFormat, Task
+from whosaid.formats import FORMATS, OutputFormat, Rendering, ResponseFormat, Task, json_models
 from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
@@ -150,12 +150,11 @@ class AudioForm(BaseModel):
 
 
 _RESPONSES = {**ERROR_RESPONSES, 200: _TEXT_RESPONSES}
-_TRANSLATION_MODELS = Union[tuple(row.json_model for row in FORMATS.values() if row.json_model and row.translatable)]
 
 
 @router.post(
     "/transcriptions",
-    response_model=JsonFormatModel,
+    response_model=json_models("transcribe"),
     responses=_RESPONSES,
     summary="Transcribe audio (OpenAI-compatible)",
 )
@@ -169,7 +168,7 @@ async def create_transcription(
 
 @router.post(
     "/translations",
-    response_model=_TRANSLATION_MODELS,
+    response_model=json_models("translate"),
     responses=_RESPONSES,
     summary="Translate speech into English text (OpenAI-compatible)",
 )
