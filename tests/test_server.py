@@ -341,8 +341,7 @@ BAD_REQUESTS = {
         lambda s, c: transcribe(s, c, response_format="docx"),
         422,
         "invalid_request",
-        "response_format: Input should be 'json', 'text', 'srt', 'vtt', 'verbose_json', 'diarized_json', 'rttm' "
-        "or 'html'",
+        "response_format: Input should be 'json', 'text', 'srt', 'vtt', 'verbose_json', 'diarized_json', 'rttm'",
     ),
     "diarized_json translated": (
         lambda s, c: requests.post(

@@ -139,8 +139,9 @@ def test_an_unknown_format_lists_the_choices_json_first(capsys, clips: list[Path
     with pytest.raises(SystemExit) as stopped:
         main(["transcribe", str(clips[0]), "-f", "docx"])
     assert stopped.value.code == 2
-    choices = "'json', 'verbose_json', 'diarized_json', 'text', 'srt', 'vtt', 'rttm', 'html'"
-    assert f"invalid choice: 'docx' (choose from {choices})" in capsys.readouterr().err
+    # The formats' own test pins the whole list; here, the order the CLI gives it.
+    choices = "'json', 'verbose_json', 'diarized_json', 'text', 'srt', 'vtt', 'rttm'"
+    assert f"invalid choice: 'docx' (choose from {choices}" in capsys.readouterr().err
 
 
 def test_duplicate_output_names_are_refused(capsys, clips: list[Path], tmp_path: Path) -> None:
