@@ -268,8 +268,8 @@ class SpeechRecognizer:
 
     def encode(self, features: Any) -> Any:
         """The encoder's output for `features` (windows, mel bins, frames), computed a few windows
-        at a time: its activations (whisper-base: ~75 MB a window) then stay bounded whatever the
-        batch size, and on CPU one window's 1500 frames already fill the cores."""
+        at a time: its activations then stay bounded whatever the batch size, and on CPU one
+        window's 1500 frames already fill the cores."""
         import torch
 
         encoder = self.model.get_encoder()
@@ -337,7 +337,7 @@ class SpeechRecognizer:
                 and needs_fallback(result, self.text(result.tokens), self.fallback)
             ]
             # One window per beam search: it holds num_beams rows of keys and values per window
-            # (whisper-base: ~450 MB for one window, ~1.1 GB for four at once), and few windows fall back.
+            # (benchmarks/README.md, "Numbers behind the code's choices"), and few windows fall back.
             for index in retry:
                 (tokens[index],) = self.generate_tokens(
                     features[index : index + 1],
