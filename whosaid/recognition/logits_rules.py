@@ -14,7 +14,8 @@ and ApplyTimestampRules). The same -inf on the same tokens, done for the rows of
 without the per-step costs of the processors: the vocabulary masks are built once (transformers
 rebuilds them with torch.isin at every step), each row's generated tokens are read from the
 Python lists the loop keeps (the processor copies every row's whole sequence to a list at every
-step), and the log-probability test that forces a timestamp runs for all rows at once.
+step), and the log-probability test that forces a timestamp runs for all rows at once. A test
+checks them against transformers' processors on random scores.
 
 A new option is a field of `DecodingOptions`, its line in `for_request` and `generate_kwargs`,
 and its rule in `WhisperLogitsRules.scores` (plus the request's field in whosaid/config.py).
