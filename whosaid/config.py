@@ -110,8 +110,8 @@ class ModelSettings(BaseSettings):
     quantization: Literal["none", "int8"] = Field(
         default="none",
         description="'int8': dynamic int8 quantization of the Whisper model's linear layers, CPU "
-        "only: about twice as fast, transcripts differ slightly (whisper-base on pyannote's "
-        "sample: WER 0.185 vs 0.173). On CUDA keep float16.",
+        "only: faster, transcripts differ slightly (benchmarks/README.md, 'Like for like', has the "
+        "measured speed and word error rate). On CUDA keep float16.",
     )
 
     speech_windows: Literal["contiguous", "joined"] = Field(
