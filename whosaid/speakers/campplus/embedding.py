@@ -70,7 +70,8 @@ def load_network(device: Union[str, torch.device] = "cpu") -> CamPlusPlus:
 
 class CamPlusPlusEmbedding:
     """Speaker embeddings of (B, 1, N) 16 kHz waveforms, optionally restricted by per-row frame
-    masks, as pyannote.audio's `SpeakerDiarization` calls its embedding model.
+    masks, as pyannote.audio's `SpeakerDiarization` calls its embedding model (a
+    `whosaid.speakers.protocols.SpeakerEmbedder`).
 
     Each row's features are the fbank frames its mask keeps (nearest frame), concatenated and
     mean-normalised, as if that speaker's speech had been cut out and embedded alone. Rows that
@@ -80,6 +81,13 @@ class CamPlusPlusEmbedding:
     sample_rate = fbank.SAMPLE_RATE_HZ
     dimension = EMBEDDING_SIZE
     metric = "cosine"
+    # The built-in diarizer's linkage cut for CAM++ embeddings: the middle of the plateau where the
+    # DER on the AMI snippets and pyannote's sample barely moves (benchmarks/README.md, the
+    # built-in diarizer's threshold sweep).
+    clustering_threshold = 0.85
+    # Known speakers' default match: above every different-speaker score that
+    # benchmarks/known_speakers.py measures, so that a large library names few strangers.
+    same_speaker_similarity = 0.5
 
     def __init__(self, network: CamPlusPlus, min_num_frames: int = MIN_NUM_FRAMES) -> None:
         if min_num_frames < MIN_NUM_FRAMES:
