@@ -242,6 +242,24 @@ def sample_embeddings(diarizer: BuiltinDiarizer, sample_audio: Audio):
     return embedded.vectors, embedded.shared_speech_s, trusted, diarizer.clustering
 
 
+def test_clustering_given_embeddings_is_what_diarize_does(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+    # What benchmarks/diarization_sweep.py relies on: one segmentation and its embeddings, clustered
+    # at several thresholds without embedding again.
+    hints = SpeakerHints()
+    segmentations = diarizer.segment(sample_audio)
+    embedded = diarizer.embed(sample_audio, segmentations)
+    clusters = diarizer.cluster(segmentations, embedded, hints)
+    diarization = diarizer.reconstruct(segmentations, clusters, hints, sample_audio.duration_s)
+    assert diarization == diarizer.diarize(sample_audio, hints)
+    assert diarizer.clustering.threshold == diarizer.embedding.clustering_threshold
+    coarse = BuiltinDiarizer(
+        diarizer.segmentation_model,
+        diarizer.embedding,
+        BuiltinDiarizerOptions(clustering=ClusteringOptions(threshold=1.2)),
+    )
+    assert coarse.cluster(segmentations, embedded, hints).max() + 1 == 1
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, threads: int) -> None:
     from threadpoolctl import threadpool_limits
