@@ -16,8 +16,9 @@ from whosaid.config import ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
-from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
-from whosaid.speakers.diarizer import Diarizer
+from whosaid.speakers.clustering import ClusteringOptions, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.diarizer import load_diarizer
+from whosaid.speakers.hints import SpeakerHints
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,7 @@ def score(metric, reference: Reference, turns: tuple[SpeakerTurn, ...], duration
 
 @pytest.fixture(scope="session")
 def diarizer() -> BuiltinDiarizer:
-    loaded = Diarizer.from_settings(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
+    loaded = load_diarizer(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
     assert isinstance(loaded, BuiltinDiarizer)
     return loaded
 
@@ -113,7 +114,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: Built
     metric = new_metric()
     per_file = {}
     for name, (audio, reference) in ami.items():
-        diarization = diarizer.diarize(audio, {})
+        diarization = diarizer.diarize(audio, SpeakerHints())
         assert_well_formed(diarization, audio.duration_s)
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
@@ -122,7 +123,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: Built
 
 
 def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference) -> None:
-    diarization = diarizer.diarize(sample_audio, {})
+    diarization = diarizer.diarize(sample_audio, SpeakerHints())
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == 2
     # The sample holds 1.9 s of overlapped speech: the overlap-aware turns find some of it.
@@ -142,7 +143,7 @@ def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_
     ],
 )
 def test_speaker_hints_are_honoured(diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int) -> None:
-    diarization = diarizer.diarize(sample_audio, hints)
+    diarization = diarizer.diarize(sample_audio, SpeakerHints(**hints))
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == expected
     if expected == 1:
@@ -155,10 +156,10 @@ def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDi
     options = BuiltinDiarizerOptions(segmentation_step_s=5.0)
     sparse = BuiltinDiarizer(diarizer.segmentation_model, diarizer.embedding, options)
     for hints in ({"num_speakers": 3}, {"min_speakers": 3}):
-        diarization = sparse.diarize(sample_audio, hints)
+        diarization = sparse.diarize(sample_audio, SpeakerHints(**hints))
         assert_well_formed(diarization, sample_audio.duration_s)
         assert speakers_of(diarization.turns) == {"SPEAKER_00", "SPEAKER_01", "SPEAKER_02"}
-    assert len(speakers_of(sparse.diarize(sample_audio, {}).turns)) == 2
+    assert len(speakers_of(sparse.diarize(sample_audio, SpeakerHints()).turns)) == 2
 
 
 @pytest.mark.parametrize("hints", [{"num_speakers": 5}, {"min_speakers": 5}, {"min_speakers": 4, "max_speakers": 6}])
@@ -168,20 +169,20 @@ def test_more_speakers_than_the_speech_allows_is_a_clear_error(
     # Three seconds of one voice cannot hold four or five speakers.
     one_voice = Audio(sample_audio.samples[int(7.0 * SAMPLE_RATE_HZ) : int(10.0 * SAMPLE_RATE_HZ)])
     with pytest.raises(InvalidParametersError, match=r"cannot split .* into .*speakers=[45].*too few speech regions"):
-        diarizer.diarize(one_voice, hints)
+        diarizer.diarize(one_voice, SpeakerHints(**hints))
 
 
 def test_silence_noise_and_empty_audio_give_no_turns(diarizer: BuiltinDiarizer) -> None:
     rng = np.random.default_rng(0)
     empty = Diarization(turns=(), exclusive_turns=())
-    assert diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), {}) == empty
-    assert diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), {}) == empty
-    assert diarizer.diarize(Audio(np.zeros(0, np.float32)), {}) == empty
+    assert diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), SpeakerHints()) == empty
+    assert diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), SpeakerHints()) == empty
+    assert diarizer.diarize(Audio(np.zeros(0, np.float32)), SpeakerHints()) == empty
 
 
 def test_one_second_of_speech_is_one_speaker(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
     speech = Audio(sample_audio.samples[int(7.5 * SAMPLE_RATE_HZ) : int(8.5 * SAMPLE_RATE_HZ)])
-    diarization = diarizer.diarize(speech, {})
+    diarization = diarizer.diarize(speech, SpeakerHints())
     assert speakers_of(diarization.turns) == {"SPEAKER_00"}
     assert_well_formed(diarization, 1.0)
 
@@ -217,7 +218,7 @@ def meeting_with_a_guest(sample_audio: Audio, ami, guest_s: float) -> tuple[Audi
 
 def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
     audio, start_s, end_s = meeting_with_a_guest(sample_audio, ami, guest_s=2.0)
-    diarization = diarizer.diarize(audio, {})
+    diarization = diarizer.diarize(audio, SpeakerHints())
     assert len(speakers_of(diarization.turns)) == 3
     elsewhere = {t.speaker for t in diarization.turns if t.end_s <= start_s - 0.5 or t.start_s >= end_s + 0.5}
     guest_s = sum(
@@ -230,30 +231,49 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: Buil
 
 def test_a_short_blip_is_not_a_new_speaker(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
     audio, _, _ = meeting_with_a_guest(sample_audio, ami, guest_s=0.3)
-    assert len(speakers_of(diarizer.diarize(audio, {}).turns)) == 2
+    assert len(speakers_of(diarizer.diarize(audio, SpeakerHints()).turns)) == 2
 
 
 @pytest.fixture(scope="module")
 def sample_embeddings(diarizer: BuiltinDiarizer, sample_audio: Audio):
     segmentations = diarizer.segment(sample_audio)
-    embeddings, clean_speech_s, speech_s = diarizer.embed(sample_audio, segmentations)
-    return embeddings, speech_s, clean_speech_s >= diarizer.options.min_trusted_speech_s
+    embedded = diarizer.embed(sample_audio, segmentations)
+    trusted = embedded.clean_speech_s >= diarizer.options.min_trusted_speech_s
+    return embedded.vectors, embedded.shared_speech_s, trusted, diarizer.clustering
+
+
+def test_clustering_given_embeddings_is_what_diarize_does(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+    # What benchmarks/diarization_sweep.py relies on: one segmentation and its embeddings, clustered
+    # at several thresholds without embedding again.
+    hints = SpeakerHints()
+    segmentations = diarizer.segment(sample_audio)
+    embedded = diarizer.embed(sample_audio, segmentations)
+    clusters = diarizer.cluster(segmentations, embedded, hints)
+    diarization = diarizer.reconstruct(segmentations, clusters, hints, sample_audio.duration_s)
+    assert diarization == diarizer.diarize(sample_audio, hints)
+    assert diarizer.clustering.threshold == diarizer.embedding.clustering_threshold
+    coarse = BuiltinDiarizer(
+        diarizer.segmentation_model,
+        diarizer.embedding,
+        BuiltinDiarizerOptions(clustering=ClusteringOptions(threshold=1.2)),
+    )
+    assert coarse.cluster(segmentations, embedded, hints).max() + 1 == 1
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, threads: int) -> None:
     from threadpoolctl import threadpool_limits
 
-    embeddings, speech_s, trusted = sample_embeddings
+    embeddings, speech_s, trusted, default = sample_embeddings
     with torch_threads(threads), threadpool_limits(limits=threads):
-        clusters = cluster_speakers(embeddings, speech_s, trusted, SpeakerCount())
-        bounded = cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(at_most=1))
+        clusters = cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(), default)
+        bounded = cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(max_speakers=1), default)
     assert clusters.max() + 1 == 2
     assert bounded.max() + 1 == 1
     # The two voices are far apart: the count holds well away from the threshold.
     for threshold in (0.7, 0.8, 0.9):
         options = ClusteringOptions(threshold=threshold)
-        assert cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(), options).max() + 1 == 2
+        assert cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(), options).max() + 1 == 2
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -262,9 +282,9 @@ def test_diarization_does_not_depend_on_the_thread_count(diarizer: BuiltinDiariz
 
     audio, _ = ami["ami_trn09"]  # three speakers, much overlap
     with torch_threads(threads), threadpool_limits(limits=threads):
-        diarization = diarizer.diarize(audio, {})
+        diarization = diarizer.diarize(audio, SpeakerHints())
     with torch_threads(3 - threads), threadpool_limits(limits=3 - threads):
-        other = diarizer.diarize(audio, {})
+        other = diarizer.diarize(audio, SpeakerHints())
     assert speakers_of(diarization.turns) == speakers_of(other.turns)
     assert [(t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in diarization.turns] == [
         (t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in other.turns
@@ -279,10 +299,10 @@ def test_clustering_is_bounded_and_finds_the_voices() -> None:
     truth[:, 1] = (truth[:, 0] + 1) % 3  # two different voices in each chunk
     embeddings = voices[truth] + 0.5 * rng.standard_normal((chunks, local, 192))
     speech_s = np.full((chunks, local), 0.5)
-    options = ClusteringOptions(max_points=1000)
-    clusters = cluster_speakers(embeddings, speech_s, np.ones((chunks, local), bool), SpeakerCount(), options)
+    options = ClusteringOptions(threshold=0.85, max_points=1000)
+    clusters = cluster_speakers(embeddings, speech_s, np.ones((chunks, local), bool), SpeakerHints(), options)
     assert {(int(a), int(b)) for a, b in zip(truth.ravel(), clusters.ravel(), strict=True)} == {
         (voice, int(clusters[truth == voice][0])) for voice in range(3)
     }
     with pytest.raises(TooFewSpeakers):
-        cluster_speakers(embeddings[:1], speech_s[:1], np.ones((1, local), bool), SpeakerCount(exactly=3), options)
+        cluster_speakers(embeddings[:1], speech_s[:1], np.ones((1, local), bool), SpeakerHints(num_speakers=3), options)
