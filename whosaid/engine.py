@@ -156,7 +156,7 @@ class Engine:
             streaming: dict[str, Any] = {}
             if on_text is not None:
                 deltas = TextDeltas(on_text)
-                streaming["on_window"] = lambda spans: deltas.add(span[2] for span in spans)
+                streaming["on_window"] = lambda spans: deltas.add(span.text for span in spans)
             asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, **streaming)
         speakers, turns, identities = (), (), ()
         if self.diarizer is not None:

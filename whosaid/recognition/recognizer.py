@@ -373,7 +373,7 @@ class SpeechRecognizer:
                     words[index] = _to_audio_times(windows[index], words[index])
         spans: list[list[Span]] = [
             [
-                (
+                Span(
                     segment.start_s,
                     segment.end_s,
                     self.text(segment.tokens),
