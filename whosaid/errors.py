@@ -45,6 +45,10 @@ class ModelLoadError(WhosaidError):
     code = "model_load_error"
 
 
+class AsrModelMissingError(ModelLoadError):
+    """No ASR model is named (ASR_MODEL is not set); the CLI then loads its embedded default."""
+
+
 class InferenceError(WhosaidError):
     """Our own failure while running a model on valid input. Edges answer it with a 5xx."""
 

@@ -7,8 +7,8 @@ once or per window, and word timestamps (whosaid.recognition.word_timing) for th
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -35,16 +35,15 @@ from whosaid.recognition.greedy import (
     split_segments,
 )
 from whosaid.recognition.loading import load_assistant, load_whisper
+from whosaid.recognition.protocol import ASSISTED, BATCHED, AsrOutput
 from whosaid.recognition.segments import Span, clean_chunks
 from whosaid.recognition.word_timing import SegmentTokens, WordTimer
-from whosaid.results import Chunk, Word
+from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
-from whosaid.runtime.device import is_out_of_memory
+from whosaid.runtime.device import ModelRuntime, is_out_of_memory
 
 logger = logging.getLogger(__name__)
 
-ASSISTED = "assisted"
-BATCHED = "batched"
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
 # a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
@@ -54,17 +53,9 @@ ENCODER_WINDOWS_PER_PASS_CPU = 1
 ENCODER_WINDOWS_PER_PASS_GPU = 8
 
 
-@dataclass(frozen=True)
-class AsrOutput:
-    chunks: tuple[Chunk, ...]
-    language: Optional[str]
-    decoding: str  # ASSISTED or BATCHED
-    # What the response should tell the client: windows whose looping text was cut.
-    warnings: tuple[str, ...] = ()
-
-
 class SpeechRecognizer:
-    """A loaded Whisper model (and optional assistant), ready to transcribe `Audio`."""
+    """A loaded Whisper model (and optional assistant), ready to transcribe `Audio`: the
+    Recognizer the engine runs in production."""
 
     def __init__(
         self,
@@ -108,22 +99,14 @@ class SpeechRecognizer:
         pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
         return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
 
-    def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
-        """This recognizer's models with other fallback options (nothing is loaded again)."""
-        return SpeechRecognizer(
-            self.model,
-            self.processor,
-            self.assistant,
-            self.vad,
-            fallback=fallback,
-            language_switch_pause_s=self.language_switch_pause_s,
-            assisted_max_duration_s=self.assisted_max_duration_s,
-            window_pause_s=self.window_pause_s,
-        )
-
     @property
     def has_assistant(self) -> bool:
         return self.assistant is not None
+
+    @functools.cached_property
+    def runtime(self) -> ModelRuntime:
+        """Read once from the loaded model: what it really runs with, not what was asked."""
+        return ModelRuntime.of(self.model)
 
     def uses_assistant(self, config: InferenceConfig, duration_s: float) -> bool:
         """'auto' assists up to the measured crossover duration (whosaid.assistant.build.assists)."""
