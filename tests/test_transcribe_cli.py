@@ -150,7 +150,7 @@ def test_embedded_default_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert model_options.resolve_model_settings().asr_model == "from/environment"
     monkeypatch.delenv("ASR_MODEL")
     monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
-    with pytest.raises(ModelLoadError, match=r"python -m scripts\.setup_models"):
+    with pytest.raises(ModelLoadError, match=r"python -m whosaid\.cli\.setup_models"):
         model_options.resolve_model_settings()
 
 

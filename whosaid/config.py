@@ -27,6 +27,9 @@ from whosaid.errors import AsrModelMissingError, InvalidParametersError, ModelLo
 
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
+# Whisper's time grid: a log-mel frame every 160 samples (10 ms), halved by the encoder's stride-2
+# convolution into 50 encoder frames a second; a timestamp token is one encoder frame (20 ms).
+WHISPER_FRAMES_PER_S = 50
 DEFAULT_BATCH_SIZE = 24  # the original handler's default: chunks decoded together on the batched path
 # A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
 MAX_PROMPT_CHARS = 2_000

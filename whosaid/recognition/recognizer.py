@@ -37,7 +37,7 @@ from whosaid.recognition.greedy import (
 from whosaid.recognition.loading import load_assistant, load_whisper
 from whosaid.recognition.protocol import ASSISTED, BATCHED, AsrOutput
 from whosaid.recognition.segments import Span, clean_chunks
-from whosaid.recognition.word_timing import SegmentTokens, WordTimer
+from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens, WordTimer
 from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
 from whosaid.runtime.device import ModelRuntime, is_out_of_memory
@@ -343,12 +343,17 @@ class SpeechRecognizer:
             if options.word_timestamps and speech:
                 timed = self.word_timer.window_words(
                     encoder_states[speech],
-                    # Aligned without the previous text, as openai/whisper does.
-                    [self.decoder.prompt(languages[index], task) for index in speech],
-                    [segments[index] for index in speech],
-                    [windows[index].offset_s for index in speech],
-                    [len(windows[index].samples(audio.samples)) for index in speech],
-                    [languages[index] for index in speech],
+                    [
+                        DecodedWindow(
+                            # Aligned without the previous text, as openai/whisper does.
+                            start_sequence=tuple(self.decoder.prompt(languages[index], task)),
+                            segments=tuple(segments[index]),
+                            offset_s=windows[index].offset_s,
+                            samples=len(windows[index].samples(audio.samples)),
+                            language=languages[index],
+                        )
+                        for index in speech
+                    ],
                 )
                 words.update(zip(speech, timed, strict=True))
             for index in speech:
