@@ -125,36 +125,30 @@ class Engine:
         and known-speaker references that are not usable fail first, before `budget` starts on
         `stop` and before `listener` hears that the audio is accepted. Memory is handed back when
         the job fails, and after long audio."""
+        signal = StopSignal() if stop is None else stop
+
+        # A function of its own: when it raises, its frame (and the audio it holds) is finished,
+        # so memory_released_on_failure can drop it.
+        def job() -> Transcript:
+            audio = self.load_audio(inputs, config)
+            voices = self.known_voices(config)
+            if budget is not None:
+                signal.start_budget(budget, audio.duration_s)
+            if listener is not None:
+                listener.accepted(audio.duration_s)
+            return self.transcribe(
+                audio,
+                config,
+                warnings=warnings,
+                should_stop=signal,
+                on_text=listener.text if listener is not None else None,
+                voices=voices,
+            )
+
         with memory_released_on_failure():
-            transcript = self._run_job(inputs, config, warnings, stop or StopSignal(), budget, listener)
+            transcript = job()
         release_memory_after(transcript.duration_s)
         return transcript
-
-    # A function of its own: when it raises, its frame (and the audio it holds) is finished, so
-    # memory_released_on_failure in run_job can drop it.
-    def _run_job(
-        self,
-        inputs: AudioInput,
-        config: InferenceConfig,
-        warnings: Sequence[str],
-        stop: StopSignal,
-        budget: Optional[TimeBudget],
-        listener: Optional[JobListener],
-    ) -> Transcript:
-        audio = self.load_audio(inputs, config)
-        voices = self.known_voices(config)
-        if budget is not None:
-            stop.start_budget(budget, audio.duration_s)
-        if listener is not None:
-            listener.accepted(audio.duration_s)
-        return self.transcribe(
-            audio,
-            config,
-            warnings=warnings,
-            should_stop=stop,
-            on_text=listener.text if listener is not None else None,
-            voices=voices,
-        )
 
     def transcribe(
         self,
