@@ -146,6 +146,9 @@ def test_health_answers_at_once_and_ready_says_why_not_while_models_load(stub) -
         assert metric(url, "whosaid_model_ready") == 0
         loaded.set()
         wait_until(lambda: requests.get(f"{url}/ready", timeout=5).status_code == 200, 10, "/ready")
+        # Where the recognizer says its model runs.
+        body = requests.get(f"{url}/ready", timeout=5).json()
+        assert (body["device"], body["dtype"], body["attn_implementation"]) == ("cpu", "float32", "eager")
         assert post_audio(url).json()["text"] == "hello there"
 
 
