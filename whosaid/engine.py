@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
-from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError, OutOfMemoryError, WhosaidError
+from whosaid.errors import InvalidParametersError, ModelLoadError, as_core_errors
 from whosaid.recognition.protocol import Recognizer
 from whosaid.recognition.recognizer import SpeechRecognizer
 from whosaid.recognition.text_deltas import TextDeltas
 from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
-from whosaid.runtime.device import ModelRuntime, is_out_of_memory
+from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import Diarizer
@@ -177,7 +176,7 @@ class Engine:
                 diarized=self.diarizer is not None,
                 warnings=tuple(warnings),
             )
-        with _as_core_errors("speech recognition"):
+        with as_core_errors("speech recognition"):
             # Speakers are attributed word by word, so a diarizer needs the words' times (the
             # response lists them only when the request asked).
             asr_config = config
@@ -189,10 +188,10 @@ class Engine:
         if self.diarizer is not None:
             if should_stop is not None:
                 should_stop.check()
-            with _as_core_errors("speaker diarization"):
+            with as_core_errors("speaker diarization"):
                 diarization = self.diarizer.diarize(audio, config.speaker_parameters())
             if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
-                with _as_core_errors("speaker identification"):
+                with as_core_errors("speaker identification"):
                     diarization, identities = self.speaker_identifier.identify(
                         audio, diarization, voices, with_embeddings=config.return_speaker_embeddings
                     )
@@ -228,7 +227,7 @@ class Engine:
             (name, decode_reference(name, reference, max_duration_s=self.max_audio_duration_s))
             for name, reference in references
         ]
-        with _as_core_errors("speaker identification"):
+        with as_core_errors("speaker identification"):
             return self.speaker_identifier.voices(decoded)
 
 
@@ -247,20 +246,3 @@ def _speaker_identifier(
     if settings.voices_dir:
         identifier.library = load_voice_library(Path(settings.voices_dir), identifier)
     return identifier
-
-
-@contextlib.contextmanager
-def _as_core_errors(stage: str) -> Iterator[None]:
-    """Our own errors pass through; out-of-memory becomes OutOfMemoryError (a 5xx, worth a
-    retry); any other exception an internal InferenceError that keeps the original as its cause."""
-    try:
-        yield
-    except WhosaidError:
-        raise
-    except Exception as error:
-        if is_out_of_memory(error):
-            raise OutOfMemoryError(
-                f"{stage} ran out of device memory; retry later or with a smaller batch_size"
-            ) from error
-        logger.exception("%s failed", stage)
-        raise InferenceError(f"{stage} failed: {type(error).__name__}: {error}") from error

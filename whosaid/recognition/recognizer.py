@@ -8,7 +8,6 @@ once or per window, and word timestamps (whosaid.recognition.word_timing) for th
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -22,7 +21,7 @@ from whosaid.audio.vad import (
     plan_windows,
 )
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
-from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
+from whosaid.errors import InferenceError, InvalidParametersError, as_core_errors
 from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     DecodingOptions,
@@ -40,9 +39,7 @@ from whosaid.recognition.segments import Span, clean_chunks
 from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens, WordTimer
 from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
-from whosaid.runtime.device import ModelRuntime, is_out_of_memory
-
-logger = logging.getLogger(__name__)
+from whosaid.runtime.device import ModelRuntime
 
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
@@ -151,20 +148,11 @@ class SpeechRecognizer:
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
-            try:
+            # The whole request fails: say where, so that the audio can be checked or cut there.
+            with as_core_errors("speech recognition", where=f" in {_span_name(batch)}"):
                 window_spans, language, batch_warnings = self._transcribe_windows(
                     audio, batch, language, options, previous, assistant=self.assistant if assisted else None
                 )
-            except WhosaidError:
-                raise
-            except Exception as error:
-                if is_out_of_memory(error):
-                    raise
-                # The whole request fails: say where, so that the audio can be checked or cut there.
-                logger.exception("speech recognition failed in %s", _span_name(batch))
-                raise InferenceError(
-                    f"speech recognition failed in {_span_name(batch)}: {type(error).__name__}: {error}"
-                ) from error
             warnings += batch_warnings
             for one_window_spans in window_spans:
                 spans += one_window_spans
