@@ -96,8 +96,7 @@ def create_app(
 
 
 def _runtime_labels(state: EngineState) -> Optional[dict[str, str]]:
-    runtime = state.engine.runtime if state.engine is not None else None
-    return runtime.as_labels() if runtime is not None else None
+    return state.engine.runtime.as_labels() if state.engine is not None else None
 
 
 def _engine_factory(engine: Union[EngineFactory, ModelSettings, None]) -> EngineFactory:
