@@ -15,10 +15,10 @@ from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.config import ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 from whosaid.speakers.clustering import ClusteringOptions, TooFewSpeakers, cluster_speakers
 from whosaid.speakers.diarizer import load_diarizer
-from whosaid.speakers.hints import SpeakerHints
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from whosaid.errors import InferenceError, InvalidAudioError, OutOfMemoryError, as_core_errors
+from whosaid.errors import InferenceError, InvalidAudioError, OutOfMemoryError
+from whosaid.runtime.failures import as_core_errors
 
 
 def test_an_unexpected_failure_is_an_inference_error_naming_the_stage_and_where() -> None:

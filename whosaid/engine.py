@@ -9,13 +9,14 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
-from whosaid.errors import InvalidParametersError, ModelLoadError, as_core_errors
+from whosaid.errors import InvalidParametersError, ModelLoadError
 from whosaid.recognition.protocol import Recognizer
 from whosaid.recognition.recognizer import SpeechRecognizer
 from whosaid.recognition.text_deltas import TextDeltas
 from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime
+from whosaid.runtime.failures import as_core_errors
 from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import load_diarizer

@@ -1,14 +1,8 @@
-"""Exceptions raised by the core, and `as_core_errors`, which makes any failure one of them. The
-edges (handler, server, CLI) map them to responses; the core itself never imports a web
+"""Exceptions raised by the core (whosaid.runtime.failures makes any other failure one of them).
+The edges (handler, server, CLI) map them to responses; the core itself never imports a web
 framework."""
 
 from __future__ import annotations
-
-import contextlib
-import logging
-from typing import Iterator
-
-logger = logging.getLogger(__name__)
 
 
 class WhosaidError(Exception):
@@ -91,24 +85,3 @@ class ShuttingDownError(JobStoppedError):
     """The service is shutting down and its grace period is running out. Edges answer 503."""
 
     code = "shutting_down"
-
-
-@contextlib.contextmanager
-def as_core_errors(stage: str, *, where: str = "") -> Iterator[None]:
-    """Around one stage of a request ("speech recognition"): our own errors pass through; the
-    device running out of memory becomes OutOfMemoryError (a 5xx, worth a retry); any other
-    exception is logged and becomes an InferenceError naming the stage (and `where` in it, such
-    as " in window 3.0-33.0 s"), with the original as its cause."""
-    from whosaid.runtime.device import is_out_of_memory
-
-    try:
-        yield
-    except WhosaidError:
-        raise
-    except Exception as error:
-        if is_out_of_memory(error):
-            raise OutOfMemoryError(
-                f"{stage} ran out of device memory; retry later or with a smaller batch_size"
-            ) from error
-        logger.exception("%s failed%s", stage, where)
-        raise InferenceError(f"{stage} failed{where}: {type(error).__name__}: {error}") from error

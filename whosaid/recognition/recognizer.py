@@ -21,7 +21,7 @@ from whosaid.audio.vad import (
     plan_windows,
 )
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
-from whosaid.errors import InferenceError, InvalidParametersError, as_core_errors
+from whosaid.errors import InferenceError, InvalidParametersError
 from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     FallbackOptions,
@@ -40,6 +40,7 @@ from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens, WordTi
 from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
 from whosaid.runtime.device import ModelRuntime
+from whosaid.runtime.failures import as_core_errors
 
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
