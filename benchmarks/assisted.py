@@ -98,7 +98,8 @@ def tuning_clips(spec: str) -> tuple[str, list[np.ndarray]]:
 def build_assistants(model_dir: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The assistants to compare: --assistants as given, else an untuned one and one tuned on
     --tune, built into benchmarks/.cache/assistants/."""
-    from whosaid.assistant.build import TuningOptions, make_assistant
+    from whosaid.assistant.build import make_assistant
+    from whosaid.assistant.tune import TuningOptions
 
     if args.assistants:
         return [{"name": Path(path).name, "path": path, "info": None} for path in args.assistants.split(",")]

@@ -115,7 +115,8 @@ def build_assistant_on_the_spot(model_dir: str, device: str, steps: int) -> tupl
     """`make-assistant` into a temporary directory: first and last decoder layers, tuned for
     `steps` on pyannote's sample."""
     from benchmarks.clips import sample_samples
-    from whosaid.assistant.build import TuningOptions, make_assistant
+    from whosaid.assistant.build import make_assistant
+    from whosaid.assistant.tune import TuningOptions
 
     directory = Path(tempfile.mkdtemp(prefix="whosaid-assistant-"))
     info = make_assistant(

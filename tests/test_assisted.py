@@ -137,7 +137,7 @@ def test_auto_assists_up_to_the_crossover_duration(crossover_engine, sample_audi
 def test_auto_never_assists_on_cpu_by_default(make_engine, models, clips) -> None:
     """On CPU speculative decoding lost at every length measured (benchmarks/assisted.py):
     without ASSISTED_MAX_DURATION_S, 'auto' decodes batched there; true still assists."""
-    from whosaid.assistant.build import DEFAULT_ASSISTED_MAX_DURATION_S
+    from whosaid.recognition.assisted import DEFAULT_ASSISTED_MAX_DURATION_S
 
     engine = make_engine(models["main"], models["distil"])
     assert engine.recognizer.assisted_max_duration_s == DEFAULT_ASSISTED_MAX_DURATION_S["cpu"] == 0.0

@@ -12,15 +12,8 @@ import pytest
 
 from tests.support.audio_files import encode
 from tests.support.fallback import NEVER_FALL_BACK, with_fallback
-from whosaid.assistant.build import (
-    ASSISTANT_INFO_FILE,
-    TuningOptions,
-    build_assistant,
-    parse_decoder_layers,
-    pseudo_labels,
-    token_agreement,
-    tune_assistant,
-)
+from whosaid.assistant.build import ASSISTANT_INFO_FILE, build_assistant, parse_decoder_layers
+from whosaid.assistant.tune import TuningOptions, pseudo_labels, token_agreement, tune_assistant
 from whosaid.audio.loading import audio_from_array
 from whosaid.cli.main import main as cli
 from whosaid.config import InferenceConfig, ModelSettings

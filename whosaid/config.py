@@ -71,7 +71,7 @@ class ModelSettings(BaseSettings):
         ge=0,
         description="assisted='auto' decodes audio up to this long with the assistant, longer audio "
         "batched. Unset: the crossover measured by benchmarks/assisted.py for the device "
-        "(whosaid.assistant.build.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
+        "(whosaid.recognition.assisted.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
     )
     hf_token: Optional[SecretStr] = Field(
         default=None, description="Hugging Face token for gated models. Never logged."

@@ -1,1 +1,2 @@
-"""A speculative-decoding assistant made from the main model itself, and when to use one."""
+"""A speculative-decoding assistant made from the main model itself: building and saving it
+(build) and tuning it on the user's audio (tune). When a request is assisted: recognition.assisted."""

@@ -1,5 +1,6 @@
 """`whosaid make-assistant`: build a speculative-decoding assistant from a Whisper model's own
-decoder (whosaid.assistant.build), optionally tuned on your audio, ready for ASSISTANT_MODEL=DIR.
+decoder (whosaid.assistant.build), optionally tuned on your audio (whosaid.assistant.tune), ready
+for ASSISTANT_MODEL=DIR.
 
     python -m whosaid make-assistant --model models/whisper-base --output models/whisper-base-assistant
     python -m whosaid make-assistant --model models/whisper-base --output DIR --tune recordings/ --steps 200
@@ -60,7 +61,8 @@ def tuning_files(paths: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whosaid.assistant.build import TuningOptions, make_assistant
+    from whosaid.assistant.build import make_assistant
+    from whosaid.assistant.tune import TuningOptions
     from whosaid.audio.loading import load_audio_file
     from whosaid.errors import WhosaidError
 

@@ -73,7 +73,7 @@ class SpeechRecognizer:
         self.vad = vad if vad is not None else VoiceActivityDetector.load()
         self.fallback = fallback
         self.language_switch_pause_s = language_switch_pause_s
-        # The longest audio 'auto' assists (whosaid.assistant.build.assisted_max_duration_s).
+        # The longest audio 'auto' assists (whosaid.recognition.assisted.assisted_max_duration_s).
         self.assisted_max_duration_s = assisted_max_duration_s
         # None: contiguous windows, pauses kept; else speech joined, pauses cut to this (vad.py).
         self.window_pause_s = window_pause_s
@@ -87,7 +87,7 @@ class SpeechRecognizer:
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> "SpeechRecognizer":
-        from whosaid.assistant.build import assisted_max_duration_s
+        from whosaid.recognition.assisted import assisted_max_duration_s
 
         model, processor = load_whisper(settings)
         assistant = None
@@ -107,8 +107,8 @@ class SpeechRecognizer:
         return ModelRuntime.of(self.model)
 
     def uses_assistant(self, config: InferenceConfig, duration_s: float) -> bool:
-        """'auto' assists up to the measured crossover duration (whosaid.assistant.build.assists)."""
-        from whosaid.assistant.build import assists
+        """'auto' assists up to the measured crossover duration (whosaid.recognition.assisted.assists)."""
+        from whosaid.recognition.assisted import assists
 
         return assists(self.assistant, config, duration_s, self.assisted_max_duration_s)
 
