@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from tests.support.threads import torch_threads
+from tests.support.timelines import annotation
 from whosaid.audio.loading import Audio, load_audio_file
-from whosaid.config import ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, cluster_speakers
-from whosaid.speakers.diarizer import Diarizer
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +36,6 @@ def read_rttm(path: Path) -> dict[str, Reference]:
     return references
 
 
-def annotation(items: Reference):
-    from pyannote.core import Annotation, Segment
-
-    result = Annotation()
-    for start_s, end_s, label in items:
-        result[Segment(start_s, end_s)] = label
-    return result
-
-
 def hypothesis(turns: tuple[SpeakerTurn, ...]) -> Reference:
     return [(turn.start_s, turn.end_s, turn.speaker) for turn in turns]
 
@@ -61,13 +51,6 @@ def score(metric, reference: Reference, turns: tuple[SpeakerTurn, ...], duration
 
     uem = Timeline([Segment(0.0, duration_s)])
     return float(metric(annotation(reference), annotation(hypothesis(turns)), uem=uem))
-
-
-@pytest.fixture(scope="session")
-def diarizer() -> BuiltinDiarizer:
-    loaded = Diarizer.from_settings(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
-    assert isinstance(loaded, BuiltinDiarizer)
-    return loaded
 
 
 @pytest.fixture(scope="session")
@@ -111,11 +94,11 @@ def overlap_s(turns: tuple[SpeakerTurn, ...]) -> float:
     )
 
 
-def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: BuiltinDiarizer, ami) -> None:
+def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(builtin_diarizer: BuiltinDiarizer, ami) -> None:
     metric = new_metric()
     per_file = {}
     for name, (audio, reference) in ami.items():
-        diarization = diarizer.diarize(audio, {})
+        diarization = builtin_diarizer.diarize(audio, {})
         assert_well_formed(diarization, audio.duration_s)
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
@@ -123,8 +106,10 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: Built
     assert abs(metric) <= 0.28, per_file
 
 
-def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference) -> None:
-    diarization = diarizer.diarize(sample_audio, {})
+def test_der_on_pyannotes_sample_with_overlap(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference
+) -> None:
+    diarization = builtin_diarizer.diarize(sample_audio, {})
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == 2
     # The sample holds 1.9 s of overlapped speech: the overlap-aware turns find some of it.
@@ -143,19 +128,23 @@ def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_
         ({"min_speakers": 1, "max_speakers": 2}, 2),
     ],
 )
-def test_speaker_hints_are_honoured(diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int) -> None:
-    diarization = diarizer.diarize(sample_audio, hints)
+def test_speaker_hints_are_honoured(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int
+) -> None:
+    diarization = builtin_diarizer.diarize(sample_audio, hints)
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == expected
     if expected == 1:
         assert overlap_s(diarization.turns) == 0.0
 
 
-def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio
+) -> None:
     # Chunks every 5 s: two chunks see each instant, and the third speaker asked for, split off
     # one of the sample's two voices, ties with that voice on every frame it holds.
     options = BuiltinDiarizerOptions(segmentation_step_s=5.0)
-    sparse = BuiltinDiarizer(diarizer.segmentation_model, diarizer.embedding, options)
+    sparse = BuiltinDiarizer(builtin_diarizer.segmentation_model, builtin_diarizer.embedding, options)
     for hints in ({"num_speakers": 3}, {"min_speakers": 3}):
         diarization = sparse.diarize(sample_audio, hints)
         assert_well_formed(diarization, sample_audio.duration_s)
@@ -165,25 +154,25 @@ def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDi
 
 @pytest.mark.parametrize("hints", [{"num_speakers": 5}, {"min_speakers": 5}, {"min_speakers": 4, "max_speakers": 6}])
 def test_more_speakers_than_the_speech_allows_is_a_clear_error(
-    diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict
 ) -> None:
     # Three seconds of one voice cannot hold four or five speakers.
     one_voice = Audio(sample_audio.samples[int(7.0 * SAMPLE_RATE_HZ) : int(10.0 * SAMPLE_RATE_HZ)])
     with pytest.raises(InvalidParametersError, match=r"cannot split .* into .*speakers=[45].*too few speech regions"):
-        diarizer.diarize(one_voice, hints)
+        builtin_diarizer.diarize(one_voice, hints)
 
 
-def test_silence_noise_and_empty_audio_give_no_turns(diarizer: BuiltinDiarizer) -> None:
+def test_silence_noise_and_empty_audio_give_no_turns(builtin_diarizer: BuiltinDiarizer) -> None:
     rng = np.random.default_rng(0)
     empty = Diarization(turns=(), exclusive_turns=())
-    assert diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), {}) == empty
-    assert diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), {}) == empty
-    assert diarizer.diarize(Audio(np.zeros(0, np.float32)), {}) == empty
+    assert builtin_diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), {}) == empty
+    assert builtin_diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), {}) == empty
+    assert builtin_diarizer.diarize(Audio(np.zeros(0, np.float32)), {}) == empty
 
 
-def test_one_second_of_speech_is_one_speaker(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+def test_one_second_of_speech_is_one_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
     speech = Audio(sample_audio.samples[int(7.5 * SAMPLE_RATE_HZ) : int(8.5 * SAMPLE_RATE_HZ)])
-    diarization = diarizer.diarize(speech, {})
+    diarization = builtin_diarizer.diarize(speech, {})
     assert speakers_of(diarization.turns) == {"SPEAKER_00"}
     assert_well_formed(diarization, 1.0)
 
@@ -217,9 +206,11 @@ def meeting_with_a_guest(sample_audio: Audio, ami, guest_s: float) -> tuple[Audi
     return Audio(samples), guest_start_s, guest_start_s + guest.size / SAMPLE_RATE_HZ
 
 
-def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
+def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(
+    builtin_diarizer: BuiltinDiarizer, sample_audio, ami
+) -> None:
     audio, start_s, end_s = meeting_with_a_guest(sample_audio, ami, guest_s=2.0)
-    diarization = diarizer.diarize(audio, {})
+    diarization = builtin_diarizer.diarize(audio, {})
     assert len(speakers_of(diarization.turns)) == 3
     elsewhere = {t.speaker for t in diarization.turns if t.end_s <= start_s - 0.5 or t.start_s >= end_s + 0.5}
     guest_s = sum(
@@ -230,16 +221,16 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: Buil
     assert guest_s >= 0.7 * (end_s - start_s)
 
 
-def test_a_short_blip_is_not_a_new_speaker(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
+def test_a_short_blip_is_not_a_new_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
     audio, _, _ = meeting_with_a_guest(sample_audio, ami, guest_s=0.3)
-    assert len(speakers_of(diarizer.diarize(audio, {}).turns)) == 2
+    assert len(speakers_of(builtin_diarizer.diarize(audio, {}).turns)) == 2
 
 
 @pytest.fixture(scope="module")
-def sample_embeddings(diarizer: BuiltinDiarizer, sample_audio: Audio):
-    segmentations = diarizer.segment(sample_audio)
-    embeddings, clean_speech_s, speech_s = diarizer.embed(sample_audio, segmentations)
-    return embeddings, speech_s, clean_speech_s >= diarizer.options.min_trusted_speech_s
+def sample_embeddings(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio):
+    segmentations = builtin_diarizer.segment(sample_audio)
+    embeddings, clean_speech_s, speech_s = builtin_diarizer.embed(sample_audio, segmentations)
+    return embeddings, speech_s, clean_speech_s >= builtin_diarizer.options.min_trusted_speech_s
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -259,16 +250,15 @@ def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, th
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_diarization_does_not_depend_on_the_thread_count(diarizer: BuiltinDiarizer, ami, threads: int) -> None:
+def test_diarization_does_not_depend_on_the_thread_count(builtin_diarizer: BuiltinDiarizer, ami, threads: int) -> None:
     from threadpoolctl import threadpool_limits
 
     audio, _ = ami["ami_trn09"]  # three speakers, much overlap
     with torch_threads(threads), threadpool_limits(limits=threads):
-        diarization = diarizer.diarize(audio, {})
+        diarization = builtin_diarizer.diarize(audio, {})
     with torch_threads(3 - threads), threadpool_limits(limits=3 - threads):
-        other = diarizer.diarize(audio, {})
+        other = builtin_diarizer.diarize(audio, {})
     assert speakers_of(diarization.turns) == speakers_of(other.turns)
     assert [(t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in diarization.turns] == [
         (t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in other.turns
     ]
-

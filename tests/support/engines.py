@@ -1,8 +1,9 @@
-"""Engines shared by the decoding, VAD and encoder tests, and the helpers their requests use.
+"""Loaded models shared by several test files, and the helpers their requests use.
 
 `tiny_engine` runs a tiny random-weight Whisper (quick, no meaningful text); `tiny_en_engine`
 runs whisper-tiny.en's real weights (real sentences, end-of-text at different steps, timestamps
-that mean something). Both go through the real loading code (`make_engine`)."""
+that mean something); `builtin_diarizer` is the built-in diarizer's real models. All go through
+the real loading code."""
 
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def tiny_engine(tiny_whisper, make_engine):
 @pytest.fixture(scope="session")
 def tiny_en_engine(converted_model, make_engine):
     return make_engine(converted_model("whisper-tiny.en"))
+
+
+@pytest.fixture(scope="session")
+def builtin_diarizer():
+    from whosaid.config import ModelSettings
+    from whosaid.speakers.builtin import BuiltinDiarizer
+    from whosaid.speakers.diarizer import Diarizer
+
+    loaded = Diarizer.from_settings(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
+    assert isinstance(loaded, BuiltinDiarizer)
+    return loaded
