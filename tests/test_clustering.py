@@ -1,7 +1,8 @@
 """The built-in diarizer's speaker count and clustering on synthetic embeddings: voices as
 directions, local speakers as rows of (chunks, local speakers), exact outputs. Speaker numbers
 are arbitrary (the diarizer renames speakers by first appearance), so results are compared as
-partitions: each local speaker named by the first one, in reading order, of its speaker."""
+partitions: each local speaker named by the first one, in reading order, of its speaker. Also the
+built-in diarizer's pure steps around the clustering: speech shares and chunks not embedded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pytest
 
+from whosaid.speakers.builtin import _follow_neighbours, _shared
 from whosaid.speakers.clustering import (
     DEFAULT_MAX_SPEAKERS,
     ClusteringOptions,
@@ -224,3 +226,29 @@ def test_clustering_is_bounded_and_finds_the_voices() -> None:
     }
     with pytest.raises(TooFewSpeakers):
         cluster_speakers(embeddings[:1], speech_s[:1], np.ones((1, local), bool), SpeakerCount(exactly=3), options)
+
+
+# ------------------------------------------------------- the built-in diarizer around it
+
+
+def test_speech_shared_by_overlapping_chunks_counts_once() -> None:
+    """Four frames of speech per chunk, chunks two frames apart: a frame seen by two chunks adds
+    half to each, so the chunks' shares add up to the eight frames of the time line."""
+    shares = _shared(np.ones((3, 4, 1)), step_frames=2.0)
+    assert shares.ravel().tolist() == [3.0, 2.0, 3.0]
+    assert _shared(np.ones((5, 4, 1)), step_frames=1.0).sum() == pytest.approx(8.0)
+
+
+def test_a_chunk_not_embedded_follows_the_speakers_of_its_neighbours() -> None:
+    """X speaks frames 0-5, Y frames 6-11 of the time line; chunks of six frames every three.
+    The middle chunk was not embedded and holds Y as its first local speaker, X as its second:
+    each takes the speaker its neighbours' local speakers share its frames with."""
+    activity = np.zeros((3, 6, 2))
+    for chunk in range(3):
+        for frame in range(6):
+            voice = 0 if chunk * 3 + frame < 6 else 1
+            local = 1 - voice if chunk == 1 else voice
+            activity[chunk, frame, local] = 1
+    clusters = np.array([[0, -2], [-2, -2], [-2, 1]])
+    active = activity.sum(axis=1) > 0
+    assert _follow_neighbours(activity, clusters, active, step_frames=3.0).tolist() == [[0, -2], [1, 0], [-2, 1]]
