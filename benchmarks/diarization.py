@@ -88,15 +88,16 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) 
 
     from whosaid.audio.loading import Audio
     from whosaid.speakers.builtin import BuiltinDiarizer
+    from whosaid.speakers.hints import SpeakerHints
 
     torch.set_num_threads(threads)
     diarizer = BuiltinDiarizer.load("cpu")
     warm, _ = build_clip(30)
-    diarizer.diarize(Audio(warm), {})
+    diarizer.diarize(Audio(warm), SpeakerHints())
     samples, reference = build_clip(seconds)
     audio = Audio(samples)
     start, start_cpu = time.perf_counter(), time.process_time()
-    diarization = diarizer.diarize(audio, {})
+    diarization = diarizer.diarize(audio, SpeakerHints())
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     row = {
         "clip_s": seconds,
@@ -144,7 +145,7 @@ def oracle_der(diarizer, audio, reference) -> float:
     from pyannote.audio.pipelines.clustering import OracleClustering
     from pyannote.core import Annotation, Segment
 
-    from whosaid.speakers.clustering import SpeakerCount
+    from whosaid.speakers.hints import SpeakerHints
 
     segmentations = diarizer.segment(audio)
     annotation = Annotation()
@@ -154,7 +155,7 @@ def oracle_der(diarizer, audio, reference) -> float:
     clusters, _, _ = OracleClustering()(
         segmentations=segmentations, file=file, frames=diarizer.segmentation_model.receptive_field
     )
-    diarization = diarizer.reconstruct(segmentations, clusters, SpeakerCount(), audio.duration_s)
+    diarization = diarizer.reconstruct(segmentations, clusters, SpeakerHints(), audio.duration_s)
     return der(reference, diarization.turns, audio.duration_s)
 
 

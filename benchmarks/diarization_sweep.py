@@ -31,7 +31,8 @@ def main() -> None:
 
     from whosaid.audio.loading import Audio, load_audio_file
     from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
-    from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount
+    from whosaid.speakers.clustering import ClusteringOptions
+    from whosaid.speakers.hints import SpeakerHints
 
     torch.set_num_threads(args.threads)
     references = read_rttm(AMI_DIR / "ami-train.rttm")
@@ -43,7 +44,7 @@ def main() -> None:
     meeting_samples, meeting_reference = build_clip(args.meeting)
     meeting = (Audio(meeting_samples), meeting_reference)
     loaded = BuiltinDiarizer.load("cpu")
-    count = SpeakerCount()
+    hints = SpeakerHints()
 
     print("| step | stride | threshold | AMI | sample | meeting (speakers) | CPU s |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -65,16 +66,13 @@ def main() -> None:
                 ami_metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
                 scores, speakers = [], 0
                 for index, (audio, reference, segmentations, embedded) in enumerate(prepared):
-                    diarizer.embed = lambda _audio, _segmentations, _embedded=embedded: _embedded
-                    turns = diarizer.reconstruct(
-                        segmentations, diarizer.cluster(audio, segmentations, count), count, audio.duration_s
-                    ).turns
+                    clusters = diarizer.cluster(segmentations, embedded, hints)
+                    turns = diarizer.reconstruct(segmentations, clusters, hints, audio.duration_s).turns
                     if index < len(snippets):
                         der(reference, turns, audio.duration_s, ami_metric)
                     else:
                         scores.append(der(reference, turns, audio.duration_s))
                         speakers = len({turn.speaker for turn in turns})
-                del diarizer.embed
                 print(
                     f"| {step:g} | {stride} | {threshold:g} | {abs(ami_metric):.3f} | {scores[0]:.3f} | "
                     f"{scores[1]:.3f} ({speakers}) | {cpu_s:.1f} |",

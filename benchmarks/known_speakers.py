@@ -29,7 +29,8 @@ from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.builtin import BuiltinDiarizer
-from whosaid.speakers.known import MATCH_THRESHOLD, SpeakerIdentifier, match_speakers, mean_voice, rename
+from whosaid.speakers.hints import SpeakerHints
+from whosaid.speakers.known import SpeakerIdentifier, match_speakers, mean_voice, rename
 
 FRAME_S = 0.01
 
@@ -108,7 +109,7 @@ def tally(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ami-dir", type=Path, default=Path("tests/data/ami"))
-    parser.add_argument("--threshold", type=float, default=MATCH_THRESHOLD)
+    parser.add_argument("--threshold", type=float, help="default: the embedder's same_speaker_similarity")
     parser.add_argument(
         "--sweep", default="0.3,0.35,0.4,0.45,0.5,0.55,0.6", help="thresholds to score on the same diarizations"
     )
@@ -165,7 +166,7 @@ def main() -> None:
     runs = []
     for file in files:
         audio = audios[file]
-        diarization = diarizer.diarize(audio, {})
+        diarization = diarizer.diarize(audio, SpeakerHints())
         embeddings = identifier.speaker_embeddings(audio, diarization)
         named, identities = identifier.identify(audio, diarization, voices)
         reference = activity(references[file], audio.duration_s)
@@ -209,16 +210,16 @@ def main() -> None:
             f"max {values.max():.3f}"
         )
 
-    print(f"\nthreshold {args.threshold}")
+    print(f"\nthreshold {identifier.threshold}")
     print(f"clean reference pieces >= 1 s vs enrolled voices: same {describe(piece_same)}")
     print(f"    different {describe(piece_different)}")
-    print(f"    same below threshold: {sum(s < args.threshold for s in piece_same)}; different at or above: "
-          f"{sum(d >= args.threshold for d in piece_different)}")
+    print(f"    same below threshold: {sum(s < identifier.threshold for s in piece_same)}; different at or above: "
+          f"{sum(d >= identifier.threshold for d in piece_different)}")
     print("diarized speakers vs enrolled voices:")
     print(f"same speaker:      {describe(same)}")
     print(f"different speaker: {describe(different)}")
-    print(f"same below threshold: {sum(s < args.threshold for s in same)}; different at or above: "
-          f"{sum(d >= args.threshold for d in different)}")
+    print(f"same below threshold: {sum(s < identifier.threshold for s in same)}; different at or above: "
+          f"{sum(d >= identifier.threshold for d in different)}")
     print(f"identification accuracy: {totals['right_s'] / totals['enrolled_s']:.3f} "
           f"({totals['right_s']:.1f} of {totals['enrolled_s']:.1f} s); talking alone: "
           f"{totals['right_alone_s'] / totals['enrolled_alone_s']:.3f} of {totals['enrolled_alone_s']:.1f} s")

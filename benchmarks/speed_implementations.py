@@ -146,15 +146,16 @@ def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[J
 def _load_diarization(job: Job) -> Runner:
     from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
-    from whosaid.speakers.diarizer import Diarizer
+    from whosaid.speakers.diarizer import load_diarizer
+    from whosaid.speakers.hints import SpeakerHints
 
     _torch_device_and_dtype(job.threads)
-    diarizer = Diarizer.from_settings(
+    diarizer = load_diarizer(
         ModelSettings(asr_model=job.transformers_model, diarization_model=job.diarization)
     )
 
     def run(samples: np.ndarray) -> Output:
-        turns = diarizer.diarize(Audio(samples), {}).turns
+        turns = diarizer.diarize(Audio(samples), SpeakerHints()).turns
         return {"turns": [[turn.start_s, turn.end_s, turn.speaker] for turn in turns]}
 
     return run

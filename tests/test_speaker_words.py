@@ -23,6 +23,7 @@ from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
 from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn, Transcript
 from whosaid.speakers.attribution import assign_speakers
+from whosaid.speakers.hints import SpeakerHints
 
 MAX_CPWER_OVER_WER = 0.01
 
@@ -34,7 +35,7 @@ class ReferenceTurns:
         self.turns = tuple(turns)
         self.calls = 0
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
+    def diarize(self, audio: Audio, hints: SpeakerHints) -> Diarization:
         self.calls += 1
         return Diarization(turns=self.turns, exclusive_turns=self.turns)
 

@@ -125,13 +125,23 @@ def test_diarized_formats_with_a_diarization_model(
     [
         (["--num-speakers", "0"], "'num_speakers'"),
         (["--min-speakers", "3", "--max-speakers", "2"], "greater than max_speakers"),
-        (["-f", "rttm"], "needs a diarization model"),
+        (["-f", "rttm"], "--format rttm needs a diarization model"),
+        (["-f", "diarized_json"], "--format diarized_json needs a diarization model"),
     ],
 )
 def test_argument_errors_stop_before_models_load(capsys, clips: list[Path], argv: list[str], message: str) -> None:
     # The ASR model does not exist: reaching the loader would fail differently.
     status, _, err = run_cli(capsys, str(clips[0]), "--asr-model", "/nonexistent/model", *argv)
     assert status == 2 and message in err
+
+
+def test_an_unknown_format_lists_the_choices_json_first(capsys, clips: list[Path]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["transcribe", str(clips[0]), "-f", "docx"])
+    assert stopped.value.code == 2
+    # The formats' own test pins the whole list; here, the order the CLI gives it.
+    choices = "'json', 'verbose_json', 'diarized_json', 'text', 'srt', 'vtt', 'rttm'"
+    assert f"invalid choice: 'docx' (choose from {choices}" in capsys.readouterr().err
 
 
 def test_duplicate_output_names_are_refused(capsys, clips: list[Path], tmp_path: Path) -> None:
@@ -150,7 +160,7 @@ def test_embedded_default_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert model_options.resolve_model_settings().asr_model == "from/environment"
     monkeypatch.delenv("ASR_MODEL")
     monkeypatch.setattr(model_options, "EMBEDDED_ASR_MODEL_DIR", tmp_path / "missing")
-    with pytest.raises(ModelLoadError, match=r"python -m scripts\.setup_models"):
+    with pytest.raises(ModelLoadError, match=r"python -m whosaid\.cli\.setup_models"):
         model_options.resolve_model_settings()
 
 

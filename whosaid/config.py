@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from whosaid.errors import InvalidParametersError
+from whosaid.speakers.hints import SpeakerHints
 
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
@@ -38,10 +39,6 @@ MAX_SPEAKERS = 100
 # Known speakers one request may name (OpenAI's API takes 4; a voice library holds more).
 MAX_KNOWN_SPEAKERS = 100
 _DIARIZER_LABEL = re.compile(r"^SPEAKER_\d+$")
-# Cosine similarity from which a diarized speaker takes a known voice's name (KNOWN_SPEAKER_THRESHOLD).
-# Chosen from the same- and different-speaker score distributions that benchmarks/known_speakers.py
-# measures: above every different-speaker score there, so that a large library names few strangers.
-DEFAULT_KNOWN_SPEAKER_THRESHOLD = 0.5
 # Longest audio accepted: a long meeting. Decoding stops as soon as a file passes it, so it also
 # bounds the samples held per request (4 hours at 16 kHz float32: 0.92 GB).
 DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
@@ -99,19 +96,20 @@ class ModelSettings(BaseSettings):
         "clips) per speaker, any audio container; embedded once at start-up (built-in diarizer only). "
         "Diarized speakers whose voice matches are labelled NAME instead of SPEAKER_NN.",
     )
-    known_speaker_threshold: float = Field(
-        default=DEFAULT_KNOWN_SPEAKER_THRESHOLD,
+    known_speaker_threshold: Optional[float] = Field(
+        default=None,
         ge=-1,
         le=1,
-        description="Cosine similarity from which a diarized speaker takes a known voice's name "
-        "(benchmarks/README.md has the measured trade-off: lower names more speakers, and risks "
-        "more false names the more voices there are).",
+        description="Cosine similarity from which a diarized speaker takes a known voice's name; "
+        "unset: the speaker embedder's own (its same_speaker_similarity). benchmarks/README.md has "
+        "the measured trade-off: lower names more speakers, and risks more false names the more "
+        "voices there are.",
     )
     quantization: Literal["none", "int8"] = Field(
         default="none",
         description="'int8': dynamic int8 quantization of the Whisper model's linear layers, CPU "
-        "only: about twice as fast, transcripts differ slightly (whisper-base on pyannote's "
-        "sample: WER 0.185 vs 0.173). On CUDA keep float16.",
+        "only: faster, transcripts differ slightly (benchmarks/README.md, 'Like for like', has the "
+        "measured speed and word error rate). On CUDA keep float16.",
     )
 
     speech_windows: Literal["contiguous", "joined"] = Field(
@@ -176,9 +174,6 @@ def get_model_settings() -> ModelSettings:
     return ModelSettings()
 
 
-SpeakerCount = Optional[int]
-
-
 class InferenceConfig(BaseModel):
     """Per-request parameters, as sent in the `parameters` dict of a request."""
 
@@ -236,9 +231,9 @@ class InferenceConfig(BaseModel):
         description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
         "also lists its words with their own start, end and probability",
     )
-    num_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
-    min_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
-    max_speakers: SpeakerCount = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
+    num_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
+    min_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
+    max_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
     known_speakers: Optional[dict[str, str]] = Field(
         default=None,
         description="{name: reference clip} for this request: base64 audio or a data URL "
@@ -319,22 +314,7 @@ class InferenceConfig(BaseModel):
                     f"assisted=true needs batch_size=1 (speculative decoding verifies one "
                     f"sequence at a time); got batch_size={self.batch_size}"
                 )
-        if self.num_speakers is not None and (
-            self.min_speakers is not None or self.max_speakers is not None
-        ):
-            raise ValueError(
-                "num_speakers fixes the number of speakers: send either num_speakers or "
-                "min_speakers/max_speakers, not both"
-            )
-        if (
-            self.min_speakers is not None
-            and self.max_speakers is not None
-            and self.min_speakers > self.max_speakers
-        ):
-            raise ValueError(
-                f"min_speakers ({self.min_speakers}) is greater than max_speakers "
-                f"({self.max_speakers})"
-            )
+        hints = self.speaker_hints()  # ValueError when the speaker counts contradict each other
         if len(self.known_speaker_names) != len(self.known_speaker_references):
             raise ValueError(
                 f"known_speaker_names ({len(self.known_speaker_names)}) and known_speaker_references "
@@ -346,8 +326,8 @@ class InferenceConfig(BaseModel):
                 raise ValueError(
                     "known speakers need a diarization model: start the service with DIARIZATION_MODEL=builtin"
                 )
-        if context.get("has_diarizer") is False and self.speaker_parameters():
-            names = ", ".join(sorted(self.speaker_parameters()))
+        if context.get("has_diarizer") is False and hints.given():
+            names = ", ".join(sorted(hints.given()))
             raise ValueError(
                 f"{names} need a diarization model: set DIARIZATION_MODEL (and HF_TOKEN for "
                 f"gated pyannote models) when starting the service"
@@ -369,14 +349,11 @@ class InferenceConfig(BaseModel):
         pairs += [(str(name).strip(), ref) for name, ref in (self.known_speakers or {}).items()]
         return pairs
 
-    def speaker_parameters(self) -> dict[str, int]:
-        """The speaker-count hints that were given, as pyannote's `apply` takes them."""
-        values = {
-            "num_speakers": self.num_speakers,
-            "min_speakers": self.min_speakers,
-            "max_speakers": self.max_speakers,
-        }
-        return {name: value for name, value in values.items() if value is not None}
+    def speaker_hints(self) -> SpeakerHints:
+        """The speaker-count hints, for the diarizer."""
+        return SpeakerHints(
+            num_speakers=self.num_speakers, min_speakers=self.min_speakers, max_speakers=self.max_speakers
+        )
 
     @classmethod
     def from_parameters(

@@ -19,8 +19,9 @@ from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime, is_out_of_memory
 from whosaid.speakers.attribution import assign_speakers
-from whosaid.speakers.diarizer import Diarizer
+from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
+from whosaid.speakers.protocols import Diarizer
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Engine:
         settings = settings or load_settings()
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
-        diarizer = Diarizer.from_settings(settings) if settings.diarization_model else None
+        diarizer = load_diarizer(settings) if settings.diarization_model else None
         identifier = _speaker_identifier(settings, recognizer, diarizer)
         engine = cls(
             recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s, speaker_identifier=identifier
@@ -163,7 +164,7 @@ class Engine:
             if should_stop is not None:
                 should_stop.check()
             with _translate_failures("speaker diarization"):
-                diarization = self.diarizer.diarize(audio, config.speaker_parameters())
+                diarization = self.diarizer.diarize(audio, config.speaker_hints())
             if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
                 with _translate_failures("speaker identification"):
                     diarization, identities = self.speaker_identifier.identify(

@@ -2,6 +2,11 @@
 JSON shapes of OpenAI's audio API (json, verbose_json, diarized_json), and an HTML page that
 shows who spoke when (whosaid.ui).
 
+`FORMATS` is the one table of them: a row per format says how it is rendered and what the edges
+need to know about it (media type, the CLI's file suffix, whether it needs speakers or word
+timestamps, whether stream=true can carry it). The OpenAI routes, streaming, the CLI and the
+remote client all read it, so a new format is a new row (and its renderer).
+
 Pure functions on the core's typed result, shared by the server and the CLI. The JSON shapes are
 pydantic models so that the server can declare them as response models and tests can parse
 responses with the very classes that produced them.
@@ -10,23 +15,59 @@ responses with the very classes that produced them.
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional, Union, get_args
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
 from whosaid.results import Chunk, Transcript, sorted_turns
 
 Task = Literal["transcribe", "translate"]
-#: OpenAI's response formats plus RTTM (speaker turns, the diarization community's format) and
-#: html (one self-contained page: speakers' lanes, the transcript by speaker, the audio).
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json", "rttm", "html"]
-RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
-#: Formats that say who spoke: they need a transcript made with a diarization model.
-DIARIZED_FORMATS = frozenset({"diarized_json", "rttm"})
-#: Formats that show every word with its times: the request asks for word timestamps.
-WORD_FORMATS = frozenset({"html"})
+JSON_MEDIA_TYPE = "application/json"
 #: RTTM's file-id column cannot hold whitespace.
 _RTTM_UNSAFE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """What a renderer may use besides the transcript."""
+
+    task: Task = "transcribe"
+    #: The audio's name without its suffix: RTTM's file id, the html page's title.
+    file_id: str = "audio"
+    #: The audio a page plays (whosaid.ui.view.audio_source); None: no player.
+    audio_src: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One output format and what every edge needs to know about it."""
+
+    name: str
+    #: A string for text formats, the `json_model` instance for JSON ones.
+    render: Callable[[Transcript, Rendering], Union[str, BaseModel]]
+    #: The Content-Type the OpenAI routes answer with.
+    media_type: str
+    #: What the CLI appends to the audio file's stem (`-o DIR`).
+    suffix: str
+    #: JSON formats: the pydantic model rendered (the routes' response model); None: text.
+    json_model: Optional[type[BaseModel]] = None
+    #: Says who spoke: needs a diarization model, refused up front without one.
+    needs_speakers: bool = False
+    #: Shows every word with its times: the request asks for word timestamps.
+    needs_words: bool = False
+    #: Lists the words with their times when timestamp_granularities[]=word asks for them.
+    words_on_request: bool = False
+    #: stream=true can carry it (its events hold the text; with `needs_speakers`, the segments).
+    streamable: bool = False
+    #: Plays the audio: edges pass `Rendering.audio_src` (the client sends `html_audio`).
+    plays_audio: bool = False
+    #: Offered by /v1/audio/translations too, not only /transcriptions.
+    translatable: bool = True
+
+    @property
+    def is_json(self) -> bool:
+        return self.json_model is not None
 
 
 def _is_none(value: object) -> bool:
@@ -133,38 +174,89 @@ class DiarizedTranscription(BaseModel):
     warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
 
 
-JsonFormatModel = Union[JsonTranscription, VerboseTranscription, DiarizedTranscription]
+def _html(transcript: Transcript, rendering: Rendering) -> str:
+    from whosaid.ui.view import html_transcript
+
+    return html_transcript(transcript, title=rendering.file_id, audio_src=rendering.audio_src)
+
+
+#: Every output format, in the order the OpenAI routes list them (OpenAI's, then RTTM and html).
+FORMATS: dict[str, OutputFormat] = {
+    row.name: row
+    for row in (
+        OutputFormat(
+            "json",
+            lambda transcript, _: to_json(transcript),
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".json",
+            json_model=JsonTranscription,
+            streamable=True,
+        ),
+        OutputFormat(
+            "text", lambda transcript, _: to_text(transcript), media_type="text/plain", suffix=".txt", streamable=True
+        ),
+        OutputFormat("srt", lambda transcript, _: to_srt(transcript), media_type="application/x-subrip", suffix=".srt"),
+        OutputFormat("vtt", lambda transcript, _: to_vtt(transcript), media_type="text/vtt", suffix=".vtt"),
+        OutputFormat(
+            "verbose_json",
+            lambda transcript, rendering: to_verbose_json(transcript, task=rendering.task),
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".verbose.json",
+            json_model=VerboseTranscription,
+            words_on_request=True,
+        ),
+        OutputFormat(
+            "diarized_json",
+            lambda transcript, _: to_diarized_json(transcript),
+            media_type=JSON_MEDIA_TYPE,
+            suffix=".diarized.json",
+            json_model=DiarizedTranscription,
+            needs_speakers=True,
+            streamable=True,
+            translatable=False,  # OpenAI's TranscriptionDiarized: its task is always "transcribe"
+        ),
+        OutputFormat(
+            "rttm",
+            lambda transcript, rendering: to_rttm(transcript, file_id=rendering.file_id),
+            media_type="text/plain",
+            suffix=".rttm",
+            needs_speakers=True,
+        ),
+        OutputFormat(
+            "html", _html, media_type="text/html", suffix=".html", needs_words=True, plays_audio=True
+        ),
+    )
+}
+RESPONSE_FORMATS: tuple[str, ...] = tuple(FORMATS)
+#: The formats' names as a type: the routes' form validates `response_format` against it.
+ResponseFormat = Literal[RESPONSE_FORMATS]  # type: ignore[valid-type]
+
+
+def json_models(task: Task = "transcribe") -> Any:
+    """The models of the JSON formats `task`'s route offers, as one Union (its response model)."""
+    offered = [row for row in FORMATS.values() if row.translatable or task != "translate"]
+    return Union[tuple(row.json_model for row in offered if row.json_model)]
+
+
+def output_format(name: str) -> OutputFormat:
+    """The row of `name`; ValueError for a name that is none of `FORMATS`."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown response format {name!r}; one of {', '.join(RESPONSE_FORMATS)}") from None
 
 
 def render(
     transcript: Transcript,
-    response_format: ResponseFormat,
+    response_format: str,
     *,
     task: Task = "transcribe",
     file_id: str = "audio",
     audio_src: Optional[str] = None,
-) -> Union[str, JsonFormatModel]:
+) -> Union[str, BaseModel]:
     """The transcript in `response_format`: a string for the text formats, a model for JSON.
-    `audio_src`: html only, the audio the page plays (whosaid.ui.view.audio_source); None: no player."""
-    if response_format == "json":
-        return to_json(transcript)
-    if response_format == "verbose_json":
-        return to_verbose_json(transcript, task=task)
-    if response_format == "diarized_json":
-        return to_diarized_json(transcript)
-    if response_format == "text":
-        return to_text(transcript)
-    if response_format == "srt":
-        return to_srt(transcript)
-    if response_format == "vtt":
-        return to_vtt(transcript)
-    if response_format == "rttm":
-        return to_rttm(transcript, file_id=file_id)
-    if response_format == "html":
-        from whosaid.ui.view import html_transcript
-
-        return html_transcript(transcript, title=file_id, audio_src=audio_src)
-    raise ValueError(f"unknown response format {response_format!r}; one of {', '.join(RESPONSE_FORMATS)}")
+    `audio_src`: for a format that plays the audio (html), what it plays; None: no player."""
+    return output_format(response_format).render(transcript, Rendering(task, file_id, audio_src))
 
 
 def to_text(transcript: Transcript) -> str:

@@ -38,8 +38,8 @@ def tiny_en_engine(converted_model, make_engine):
 def builtin_diarizer():
     from whosaid.config import ModelSettings
     from whosaid.speakers.builtin import BuiltinDiarizer
-    from whosaid.speakers.diarizer import Diarizer
+    from whosaid.speakers.diarizer import load_diarizer
 
-    loaded = Diarizer.from_settings(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
+    loaded = load_diarizer(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
     assert isinstance(loaded, BuiltinDiarizer)
     return loaded

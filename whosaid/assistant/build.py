@@ -41,7 +41,7 @@ KL_TOP_TOKENS = 64
 class TuningOptions:
     steps: int = 200
     learning_rate: float = 1e-4
-    batch_size: int = 1  # windows per step: each costs ~1 s on 2 cores (whisper-base)
+    batch_size: int = 1  # windows per step: each window's forward and backward pass is slow on CPU
     warmup_steps: int = 10
     seed: int = 0
 
@@ -354,10 +354,10 @@ def make_assistant(
 
 #: assisted="auto" assists audio up to this many seconds, by device type, unless
 #: ASSISTED_MAX_DURATION_S says otherwise. CPU: speculative decoding lost at every length
-#: measured (benchmarks/assisted.py, whisper-base with a make-assistant assistant, 2 cores: the
-#: 8 s clip took longer assisted than batched, untuned and tuned), so 'auto' never assists there.
-#: CUDA: one Whisper window, where the published A10 figures for whisper-large-v3 with
-#: distil-large-v3 show the gain (8 s: 784 -> 327 ms) and 60 s shows the loss (3.48 -> 4.15 s).
+#: measured (benchmarks/assisted.py with a make-assistant assistant, untuned and tuned), so 'auto'
+#: never assists there. CUDA: one Whisper window, where published figures for whisper-large-v3
+#: with distil-large-v3 show the gain turn into a loss. The numbers: benchmarks/README.md,
+#: "Speculative decoding on CPU".
 DEFAULT_ASSISTED_MAX_DURATION_S = {"cpu": 0.0, "cuda": 30.0}
 
 

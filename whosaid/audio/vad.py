@@ -1,8 +1,9 @@
 """Voice activity detection: where the speech is, and Whisper windows cut in the pauses.
 
 Whisper only ever sees 30 s windows. Cutting audio every 30 s splits words and hands Whisper
-stretches of silence, on which it invents text or loops; pyannote's sample starts with 6.7 s of
-silence and greedy decoding of the plain 30 s window repeats itself (WER 0.53). Silero VAD finds
+stretches of silence, on which it invents text or loops: pyannote's sample starts with seconds
+of silence, and greedy decoding of its plain 30 s window repeats itself (benchmarks/README.md,
+"Numbers behind the code's choices"). Silero VAD finds
 the speech; consecutive speech regions are packed into windows of at most `max_window_s`, each
 cut in a pause, as faster-whisper's batched pipeline does. By default a window keeps the pauses
 inside it, so a time inside a window is the window's start plus Whisper's timestamp. With

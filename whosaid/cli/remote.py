@@ -35,6 +35,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import requests
 
+from whosaid.formats import FORMATS
+
 #: Seconds a URL that refused a connection is skipped while another URL is available.
 URL_COOLDOWN_S = 10.0
 #: Backoff of transient failures: first wait, doubled each time, up to the cap (plus jitter).
@@ -44,7 +46,6 @@ CONNECT_TIMEOUT_S = 10.0
 #: Status codes that mean "busy, come back later" and those worth another try elsewhere.
 BUSY_STATUSES = frozenset({429, 503})
 TRANSIENT_STATUSES = frozenset({500, 502, 504})
-JSON_FORMATS = ("json", "verbose_json", "diarized_json")
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ class RemoteTranscriber:
         form += [("known_speaker_references[]", f"data:audio/*;base64,{clip}") for clip in known.values()]
         form.append(("response_format", self.options.output_format))
         filename = job.audio_path.name
-        if self.options.output_format == "html":
+        if FORMATS[self.options.output_format].plays_audio:
             form.append(("html_audio", self.options.html_audio))
             # The server links the audio by the name it was sent under: the path from the page.
             filename = Path(os.path.relpath(job.audio_path, job.output_path.parent)).as_posix()
@@ -249,7 +250,7 @@ class RemoteTranscriber:
 
     def _render(self, body: bytes) -> str:
         """The answer as the local CLI writes it: JSON indented, text as sent."""
-        if self.options.output_format in JSON_FORMATS:
+        if FORMATS[self.options.output_format].is_json:
             return json.dumps(json.loads(body), ensure_ascii=False, indent=2) + "\n"
         return body.decode("utf-8")  # UnicodeDecodeError is a ValueError
 

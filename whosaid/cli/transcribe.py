@@ -2,7 +2,7 @@
 the same files sent to remote endpoints instead (whosaid.cli.remote).
 
 Output formats: json (the full transcript, as POST / answers), verbose_json, diarized_json,
-text, srt, vtt, rttm (the last two of those need a diarization model), html (one page that opens
+text, srt, vtt, rttm (diarized_json and rttm need a diarization model), html (one page that opens
 from disk: who spoke when, the transcript by speaker, the audio linked or embedded). One file goes to stdout
 as is; several go to stdout as JSON Lines (JSON formats, each object with a "file" key) or
 behind `==> FILE <==` headers (text formats), or with --output-dir to FILE_STEM.<ext> each (the
@@ -25,21 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from whosaid.cli.model_options import add_model_arguments
+from whosaid.formats import FORMATS, Rendering
 
 if TYPE_CHECKING:
     from whosaid.results import Transcript
 
-FORMAT_SUFFIXES = {
-    "json": ".json",
-    "verbose_json": ".verbose.json",
-    "diarized_json": ".diarized.json",
-    "text": ".txt",
-    "srt": ".srt",
-    "vtt": ".vtt",
-    "rttm": ".rttm",
-    "html": ".html",
-}
-JSON_FORMATS = ("json", "verbose_json", "diarized_json")
+#: `--format`'s choices: the JSON formats first (json, the full transcript, is the default).
+FORMAT_CHOICES = tuple(sorted(FORMATS, key=lambda name: not FORMATS[name].is_json))
 #: Files taken from a DIR argument (containers PyAV's FFmpeg decodes).
 AUDIO_SUFFIXES = frozenset(
     {".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".mp4", ".aac", ".webm"}
@@ -57,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files", nargs="+", type=Path, metavar="FILE|DIR", help="audio files, or folders searched for audio files"
     )
     parser.add_argument(
-        "-f", "--format", default="json", choices=tuple(FORMAT_SUFFIXES), help="output format (default: json)"
+        "-f", "--format", default="json", choices=FORMAT_CHOICES, help="output format (default: json)"
     )
     parser.add_argument(
         "--html-audio",
@@ -120,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.config import InferenceConfig
     from whosaid.engine import Engine
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
-    from whosaid.formats import DIARIZED_FORMATS
     from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 
     parameters, problem = _parameters(args), None
@@ -150,11 +141,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.url:
         return _run_remote(args, parameters)
-    if args.format == "html":  # the page shows every word with its times
+    if FORMATS[args.format].needs_words:
         parameters["return_timestamps"] = "word"
     try:
         settings = model_settings_from_args(args)
-        if args.format in DIARIZED_FORMATS and not settings.diarization_model:
+        if FORMATS[args.format].needs_speakers and not settings.diarization_model:
             print(
                 f"whosaid transcribe: --format {args.format} needs a diarization model "
                 "(--diarization-model or DIARIZATION_MODEL)",
@@ -259,7 +250,7 @@ def expand_inputs(paths: list[Path]) -> tuple[dict[Path, Path], Optional[str]]:
 
 
 def output_path(output_name: Path, output_dir: Path, output_format: str) -> Path:
-    return output_dir / output_name.parent / f"{output_name.name}{FORMAT_SUFFIXES[output_format]}"
+    return output_dir / output_name.parent / f"{output_name.name}{FORMATS[output_format].suffix}"
 
 
 def _parameters(args: argparse.Namespace) -> dict[str, Any]:
@@ -339,11 +330,9 @@ def render_output(
 ) -> str:
     """The transcript as the CLI writes it: `json` is the full transcript (POST /'s response),
     the other formats are whosaid.formats' (the OpenAI routes')."""
-    from whosaid.formats import render
-
     if output_format == "json":
         return json.dumps(transcript.to_dict(), ensure_ascii=False, indent=2) + "\n"
-    rendered = render(transcript, output_format, task=task, file_id=file_id, audio_src=audio_src)  # type: ignore[arg-type]
+    rendered = FORMATS[output_format].render(transcript, Rendering(task, file_id, audio_src))  # type: ignore[arg-type]
     if isinstance(rendered, str):
         return rendered
     return rendered.model_dump_json(indent=2) + "\n"
@@ -352,7 +341,7 @@ def render_output(
 def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, many: bool, task: str) -> None:
     output_format = args.format
     audio_src = None
-    if output_format == "html":
+    if FORMATS[output_format].plays_audio:
         from whosaid.ui.view import audio_source
 
         page_dir = Path()
@@ -365,7 +354,7 @@ def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, man
         from whosaid.cli.remote import write_atomically
 
         write_atomically(output_path(args.output_names[path], args.output_dir, output_format), text)
-    elif many and output_format in JSON_FORMATS:
+    elif many and FORMATS[output_format].is_json:
         line = {"file": str(path), **json.loads(text)}
         sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
     elif many:

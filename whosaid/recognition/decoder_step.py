@@ -1,7 +1,7 @@
 """One Whisper decoder step, written out over the model's own weights.
 
 transformers' decoder call spends a large part of a greedy step outside arithmetic: module calls
-(about 80 per step), the cache objects, mask building, logits for every position of the prompt.
+(dozens per step), the cache objects, mask building, logits for every position of the prompt.
 This step does the same arithmetic, in the same order, on the same weights:
 
 - cross-attention keys and values are computed once per batch of windows (as transformers'
@@ -9,14 +9,14 @@ This step does the same arithmetic, in the same order, on the same weights:
 - queries, keys and values of self-attention come out of one matrix product (fused weights);
 - logits only for the positions that are read (the last one; on the prompt step, the
   start-of-transcript position too);
-- on CPU in float32, linear layers are computed as W @ x^T: torch 2.10's MKL GEMM takes 2-3x
-  longer for x @ W^T, the orientation F.linear uses, with 2-8 rows (measured on 2 AVX2 cores:
-  whisper-base's 51865-word projection, 4 rows 24 vs 54 ms, 8 rows 51 vs 150 ms; its 512x2048
-  layers 0.6 vs 1.1 ms at 4 rows), and about the same with one row;
+- on CPU in float32, linear layers are computed as W @ x^T: torch 2.10's MKL GEMM is much
+  slower for x @ W^T, the orientation F.linear uses, with 2-8 rows, and about the same
+  with one row;
 - with one row, torch 2.10's MKL computes the matrix-vector product on one thread, bound by
-  what one core reads (the 51865-word projection: 10.4 ms on 1 thread, 9.6 on 2): the weight is
-  cut into one block of rows per torch thread and multiplied as a batch, which runs on all of
-  them (5.8 ms; a one-window whisper-base step on 2 threads: 23 ms instead of 31).
+  what one core reads: the weight is cut into one block of rows per torch thread and multiplied
+  as a batch, which runs on all of them.
+
+The measurements behind both are in benchmarks/README.md ("Numbers behind the code's choices").
 
 Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
 ones transformers' decoder picks (tests/test_speed.py compares with `generate`); values differ
@@ -156,8 +156,7 @@ class WhisperDecoderStep:
                     self_keys=empty,
                     self_values=empty,
                     # Both transposed once to (rows, heads, head width, frames): q @ K^T and V^T @ w^T
-                    # read them fastest (one row: 2.7 vs 3.1 ms a step for whisper-base's 6 layers;
-                    # four rows: 9.2 vs 10.9 ms).
+                    # read them fastest (benchmarks/README.md, "Numbers behind the code's choices").
                     cross_keys=self._heads(cross.k_proj(encoder_states)).transpose(2, 3).contiguous(),
                     cross_values=self._heads(cross.v_proj(encoder_states)).transpose(2, 3).contiguous(),
                 )
@@ -179,8 +178,8 @@ class WhisperDecoderStep:
                 setattr(state, name, grown)
 
     def finish(self) -> None:
-        """Free the batch's keys and values (whisper-base: ~37 MB a window) before what comes
-        next, such as the beam-search fallback, allocates its own."""
+        """Free the batch's keys and values (tens of MB a window) before what comes next, such
+        as the beam-search fallback, allocates its own."""
         self._states = []
         self.position = 0
 
@@ -223,7 +222,7 @@ class WhisperDecoderStep:
             cross = layer.encoder_attn
             query = project(cross.q_proj, layer.encoder_attn_layer_norm(hidden)) * self.scaling
             # Written out rather than SDPA: with a query of one position CPU SDPA's blocked kernel
-            # is ~25% slower over 1500 frames (on GPU the two are alike).
+            # is slower over 1500 frames (on GPU the two are alike; benchmarks/README.md).
             weights = torch.matmul(self._heads(query), state.cross_keys).softmax(-1)
             attended = torch.matmul(state.cross_values, weights.transpose(2, 3)).transpose(2, 3)
             hidden = residual + project(cross.out_proj, self._merge(attended))

@@ -1,14 +1,19 @@
 """Batched greedy decoding of Whisper windows, with timestamps, and the measures of Whisper's
 temperature fallback.
 
+This loop is the decoding path that decides a window's tokens: the request's DecodingOptions
+reach it as the logits rules (whosaid.recognition.logits_rules) it applies at every step, and the
+other paths are checked against it (tests/test_decoding_paths.py): `score` re-measures tokens
+decoded elsewhere under the same rules, and transformers' `generate` (the beam-search fallback,
+speculative drafts) gets the same options as keyword arguments and, greedy, the same tokens.
+
 `WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
-same decoder arithmetic (whosaid.recognition.decoder_step: one hand-written step over the model's weights)
-under the same Whisper logits rules (whosaid.recognition.logits_rules: generate's processors, without their
-per-step costs), so it picks the same tokens as greedy
-`generate` (tests/test_speed.py checks it token for token on transformers 4.57 and 5); rows that
-reach end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
+same decoder arithmetic (whosaid.recognition.decoder_step: one hand-written step over the model's
+weights) under the same rules, without their per-step costs, so it picks the same tokens as
+greedy `generate` (checked token for token on transformers 4.57 and 5); rows that reach
+end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
 fallback needs (mean log-probability, no-speech probability) on the way, and stops a row that
 loops.
 """
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from whosaid.recognition.decoder_step import WhisperDecoderStep
-from whosaid.recognition.logits_rules import WhisperLogitsRules
+from whosaid.recognition.logits_rules import DecodingOptions, WhisperLogitsRules
 
 WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
@@ -29,8 +34,9 @@ WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
 class FallbackOptions:
     """When a greedy window is not trusted and is decoded again with beam search, and when it is
     silence. The defaults are openai/whisper's (transcribe.py); deterministic, no sampling
-    temperatures. Beams everywhere cost ~3x the time and did not pay on pyannote's sample
-    (whisper-base, VAD windows: greedy 2.2 s, WER 0.173; beams 6.8 s, WER 0.21)."""
+    temperatures. Greedy first, beams only where the checks fail: beams on every window cost
+    several times the time for no better transcript (benchmarks/README.md, "Numbers behind the
+    code's choices")."""
 
     #: Text that compresses better than this (zlib, bytes in / bytes out) is repeating itself.
     compression_ratio_threshold: float = 2.4
@@ -45,25 +51,6 @@ class FallbackOptions:
     #: would fail the compression check at the end anyway and be decoded again.
     repetition_check_every: int = 32
     repetition_check_from: int = 64
-
-
-@dataclass(frozen=True)
-class DecodingOptions:
-    """What one request asks of the decoder, built once from its InferenceConfig (in the manner
-    of openai/whisper's DecodingOptions) and passed down to every window."""
-
-    task: str = "transcribe"
-    #: The spoken language, forced for every window; None: detected.
-    language: Optional[str] = None
-    #: Detect the language of every window rather than once, on the first window.
-    multilingual: bool = False
-    #: Text that conditions the first window, as the previous window's text would
-    #: (<|startofprev|> text <|startoftranscript|> ..., faster-whisper's `initial_prompt`).
-    initial_prompt: Optional[str] = None
-    #: Words to favour, placed the same way on every window (faster-whisper's `hotwords`).
-    hotwords: Optional[str] = None
-    #: Compute word timestamps for the decoded windows (one extra decoder pass per batch).
-    word_timestamps: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,14 +199,21 @@ class GreedyWhisperDecoder:
             prompt.append(int(config.task_to_id[task]))
         return prompt
 
+    def rules(self, begin_index: int, device: Any, options: Optional[DecodingOptions]) -> WhisperLogitsRules:
+        """The logits rules of windows decoded from a prompt of `begin_index` tokens under
+        `options`: what `decode` and `score` both apply, so that they agree by construction."""
+        return WhisperLogitsRules(self.generation_config, begin_index, device, options)
+
     def decode(
         self,
         encoder_states: Any,
         prompt: Sequence[int],
+        options: Optional[DecodingOptions] = None,
         *,
         is_repeating: Optional[Callable[[list[int]], bool]] = None,
     ) -> list[WindowTokens]:
-        """Decode every window of `encoder_states` (batch, frames, width) from `prompt`.
+        """Decode every window of `encoder_states` (batch, frames, width) from `prompt` under
+        the rules of `options` (None: the model's own, `DecodingOptions.for_model`).
         `is_repeating(tokens)`, when given, is asked every `fallback.repetition_check_every`
         tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
@@ -235,6 +229,7 @@ class GreedyWhisperDecoder:
                 step,
                 prompt_ids,
                 start_of_transcript,
+                self.rules(prompt_ids.shape[1], prompt_ids.device, options),
                 is_repeating,
                 max_new_tokens=self.max_new_tokens(prompt),
                 room=self.positions_room(prompt),
@@ -247,6 +242,7 @@ class GreedyWhisperDecoder:
         step: WhisperDecoderStep,
         prompt_ids: Any,
         start_of_transcript: int,
+        rules: WhisperLogitsRules,
         is_repeating: Optional[Callable[[list[int]], bool]],
         *,
         max_new_tokens: int,
@@ -256,7 +252,6 @@ class GreedyWhisperDecoder:
 
         device = prompt_ids.device
         batch, begin_index = prompt_ids.shape
-        rules = WhisperLogitsRules(self.generation_config, begin_index, device)
         rows = list(range(batch))  # original row of each row still decoding
         generated: list[list[int]] = [[] for _ in rows]  # each row's tokens after the prompt
         sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
@@ -311,10 +306,16 @@ class GreedyWhisperDecoder:
             logits = step.step(next_tokens[:, None])[:, -1]
         return [result for result in results if result is not None]
 
-    def score(self, encoder_states: Any, prompt: Sequence[int], tokens: Sequence[int]) -> WindowTokens:
-        """The measures `decode` reports, for tokens decoded elsewhere (speculative decoding):
-        one teacher-forced pass over one window (`encoder_states` of batch 1), the same
-        processors at every position."""
+    def score(
+        self,
+        encoder_states: Any,
+        prompt: Sequence[int],
+        tokens: Sequence[int],
+        options: Optional[DecodingOptions] = None,
+    ) -> WindowTokens:
+        """The measures `decode` reports under `options`, for tokens decoded elsewhere
+        (speculative decoding): one teacher-forced pass over one window (`encoder_states` of
+        batch 1), the same rules at every position."""
         import torch
 
         device = encoder_states.device
@@ -325,7 +326,7 @@ class GreedyWhisperDecoder:
             input_ids=sequence, encoder_hidden_states=encoder_states, use_cache=False
         ).last_hidden_state
         logits = self.model.proj_out(hidden)[0]  # (positions, vocabulary)
-        rules = WhisperLogitsRules(self.generation_config, len(prompt), device)
+        rules = self.rules(len(prompt), device, options)
         sum_logprobs = 0.0
         for position in range(len(prompt), len(ids)):
             scores = rules.scores([ids[len(prompt) : position]], logits[position - 1 : position])

@@ -55,9 +55,9 @@ def quantize_int8(model: Any) -> None:
 def prepack_encoder_linears(model: Any) -> None:
     """On CPU (float32), give the encoder's linear layers oneDNN weights packed once, in place.
     The encoder multiplies 1500 frames by every weight, where oneDNN's packed GEMM beats the
-    default path (whisper-base, 2 cores: 4 windows 3.9 s -> 3.1 s; outputs differ by float
-    rounding, ~2e-4). Not the decoder: at 1-8 rows a step the layout conversions cost more than
-    they save (17 -> 35 ms a step)."""
+    default path (outputs differ by float rounding only). Not the decoder: at 1-8 rows a step the
+    layout conversions cost more than they save. Measured: benchmarks/README.md, "Numbers behind
+    the code's choices"."""
     import torch
 
     if not torch.backends.mkldnn.is_available():
@@ -81,7 +81,7 @@ def _packed_linear_class() -> type:
 
     with warnings.catch_warnings():
         # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.10), and compiling costs ~30 s for no gain here.
+        # torch.compile; torch is pinned (2.10), and compiling costs start-up time for no gain here.
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.utils.mkldnn import MkldnnLinear
 

@@ -1,34 +1,120 @@
-"""Whisper's rules for the next token's scores, as `generate` applies them with timestamps on:
-its suppress-token processors, then its timestamp processor (transformers'
-SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor and
-WhisperTimeStampLogitsProcessor, in that order; openai/whisper's ApplyTimestampRules).
+"""What one request asks of the decoder (`DecodingOptions`), and Whisper's rules for the next
+token's scores that carry it out.
 
-The same -inf on the same tokens, done for the rows of the lean loop without the per-step costs
-of the processors: the vocabulary masks are built once (transformers rebuilds them with
-torch.isin at every step), each row's generated tokens are read from the Python lists the loop
-keeps (the processor copies every row's whole sequence to a list at every step), and the
-log-probability test that forces a timestamp runs for all rows at once.
-tests/test_speed.py checks these rules against transformers' processors on random scores.
+Three decoding paths read the same options. The lean greedy loop (whosaid.recognition.greedy)
+decides a window's tokens under `WhisperLogitsRules`; `GreedyWhisperDecoder.score` measures
+tokens decoded elsewhere under the same rules; transformers' `generate` (the beam-search
+fallback, speculative drafts) gets them as `DecodingOptions.generate_kwargs`.
+tests/test_decoding_paths.py checks that the three agree, option by option, on real weights.
+
+The rules are `generate`'s with timestamps on: its suppress-token processors, then its timestamp
+processor (transformers' SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor and
+WhisperTimeStampLogitsProcessor, in that order; openai/whisper's SuppressTokens, SuppressBlank
+and ApplyTimestampRules). The same -inf on the same tokens, done for the rows of the lean loop
+without the per-step costs of the processors: the vocabulary masks are built once (transformers
+rebuilds them with torch.isin at every step), each row's generated tokens are read from the
+Python lists the loop keeps (the processor copies every row's whole sequence to a list at every
+step), and the log-probability test that forces a timestamp runs for all rows at once. A test
+checks them against transformers' processors on random scores.
+
+A new option is a field of `DecodingOptions`, its line in `for_request` and `generate_kwargs`,
+and its rule in `WhisperLogitsRules.scores` (plus the request's field in whosaid/config.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 
-class WhisperLogitsRules:
-    """The rules for windows decoded from a prompt of `begin_index` tokens."""
+@dataclass(frozen=True)
+class DecodingOptions:
+    """What one request asks of the decoder, in the manner of openai/whisper's DecodingOptions:
+    built once per request (`for_request`, or `for_model` for the model's own defaults) and
+    passed down to every window and every decoding path."""
 
-    def __init__(self, generation_config: Any, begin_index: int, device: Any) -> None:
+    #: "transcribe" in the spoken language, or "translate" to English.
+    task: str = "transcribe"
+    #: The spoken language, forced for every window; None: detected.
+    language: Optional[str] = None
+    #: Detect the language of every window rather than once, on the first window.
+    multilingual: bool = False
+    #: Text that conditions the first window, as the previous window's text would
+    #: (<|startofprev|> text <|startoftranscript|> ..., faster-whisper's `initial_prompt`).
+    initial_prompt: Optional[str] = None
+    #: Words to favour, placed the same way on every window (faster-whisper's `hotwords`).
+    hotwords: Optional[str] = None
+    #: Compute word timestamps for the decoded windows (one extra decoder pass per batch).
+    word_timestamps: bool = False
+    #: Tokens never decoded (openai/whisper's `suppress_tokens`; the model's list is Whisper's
+    #: non-speech symbols).
+    suppress_tokens: tuple[int, ...] = ()
+    #: Tokens never decoded first (openai/whisper's `suppress_blank`: a blank and <|endoftext|>).
+    begin_suppress_tokens: tuple[int, ...] = ()
+    #: The first timestamp is at most this many 0.02 s steps after the window's start
+    #: (openai/whisper's `max_initial_timestamp`, 1 s: index 50); None: any.
+    max_initial_timestamp_index: Optional[int] = None
+
+    @classmethod
+    def for_model(cls, generation_config: Any, **fields: Any) -> "DecodingOptions":
+        """`fields`, and for the rest the model's own choices (its generation config), as
+        `generate` makes them."""
+        max_initial = getattr(generation_config, "max_initial_timestamp_index", None)
+        defaults = {
+            "suppress_tokens": _tokens(generation_config.suppress_tokens),
+            "begin_suppress_tokens": _tokens(generation_config.begin_suppress_tokens),
+            "max_initial_timestamp_index": None if max_initial is None else int(max_initial),
+        }
+        return cls(**{**defaults, **fields})
+
+    @classmethod
+    def for_request(
+        cls, config: Any, generation_config: Any, *, language: Optional[str], multilingual: bool
+    ) -> "DecodingOptions":
+        """A request's options (`config`: its InferenceConfig), with its language and whether
+        to detect it per window already checked against the model."""
+        return cls.for_model(
+            generation_config,
+            task=config.task,
+            language=language,
+            multilingual=multilingual,
+            initial_prompt=config.initial_prompt,
+            hotwords=config.hotwords,
+            word_timestamps=config.return_timestamps == "word",
+        )
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """The rules' options as transformers' `generate` takes them (they replace the model's
+        generation config for that call); the language, task and prompt go in apart."""
+        return {
+            "suppress_tokens": list(self.suppress_tokens) or None,
+            "begin_suppress_tokens": list(self.begin_suppress_tokens) or None,
+            "max_initial_timestamp_index": self.max_initial_timestamp_index,
+        }
+
+
+def _tokens(tokens: Optional[Sequence[int]]) -> tuple[int, ...]:
+    return tuple(int(token) for token in tokens or ())
+
+
+class WhisperLogitsRules:
+    """The rules for windows decoded from a prompt of `begin_index` tokens under `options`
+    (None: the model's own, `DecodingOptions.for_model`). The model's generation config gives
+    only its vocabulary's special tokens and how its `generate` places timestamps."""
+
+    def __init__(
+        self, generation_config: Any, begin_index: int, device: Any, options: Optional[DecodingOptions] = None
+    ) -> None:
         config = generation_config
+        if options is None:
+            options = DecodingOptions.for_model(config)
         self.begin_index = begin_index
-        self.begin_suppress = _token_ids(config.begin_suppress_tokens, device)
-        self.suppress = _token_ids(config.suppress_tokens, device)
+        self.begin_suppress = _token_ids(options.begin_suppress_tokens, device)
+        self.suppress = _token_ids(options.suppress_tokens, device)
         self.no_timestamps_token_id = int(config.no_timestamps_token_id)
         self.timestamp_begin = self.no_timestamps_token_id + 1
         self.eos_token_id = int(config.eos_token_id or config.bos_token_id)
-        max_initial = getattr(config, "max_initial_timestamp_index", None)
-        self.max_initial_timestamp_index: Optional[int] = None if max_initial is None else int(max_initial)
+        self.max_initial_timestamp_index = options.max_initial_timestamp_index
         self.detect_timestamp_from_logprob = bool(getattr(config, "_detect_timestamp_from_logprob", True))
 
     def scores(self, generated: Sequence[Sequence[int]], logits: Any) -> Any:
@@ -75,9 +161,9 @@ class WhisperLogitsRules:
         return scores
 
 
-def _token_ids(tokens: Optional[Sequence[int]], device: Any) -> Optional[Any]:
+def _token_ids(tokens: Sequence[int], device: Any) -> Optional[Any]:
     import torch
 
-    if tokens is None:
+    if not tokens:
         return None
     return torch.tensor(sorted({int(token) for token in tokens}), dtype=torch.long, device=device)

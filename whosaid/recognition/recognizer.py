@@ -25,7 +25,6 @@ from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSetting
 from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
 from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
-    DecodingOptions,
     FallbackOptions,
     GreedyWhisperDecoder,
     complete_segments,
@@ -35,6 +34,7 @@ from whosaid.recognition.greedy import (
     split_segments,
 )
 from whosaid.recognition.loading import load_assistant, load_whisper
+from whosaid.recognition.logits_rules import DecodingOptions
 from whosaid.recognition.segments import Span, clean_chunks
 from whosaid.recognition.word_timing import SegmentTokens, WordTimer
 from whosaid.results import Chunk, Word
@@ -134,14 +134,12 @@ class SpeechRecognizer:
     def decoding_options(self, config: InferenceConfig) -> DecodingOptions:
         """The request's decoder options, checked against this model."""
         language = self._resolve_language(config)
-        return DecodingOptions(
-            task=config.task,
+        return DecodingOptions.for_request(
+            config,
+            self.model.generation_config,
             language=language,
             # A given language forces one; an English-only model has nothing to detect.
             multilingual=config.multilingual and language is None and self.is_multilingual,
-            initial_prompt=config.initial_prompt,
-            hotwords=config.hotwords,
-            word_timestamps=config.return_timestamps == "word",
         )
 
     def transcribe(
@@ -270,8 +268,8 @@ class SpeechRecognizer:
 
     def encode(self, features: Any) -> Any:
         """The encoder's output for `features` (windows, mel bins, frames), computed a few windows
-        at a time: its activations (whisper-base: ~75 MB a window) then stay bounded whatever the
-        batch size, and on CPU one window's 1500 frames already fill the cores."""
+        at a time: its activations then stay bounded whatever the batch size, and on CPU one
+        window's 1500 frames already fill the cores."""
         import torch
 
         encoder = self.model.get_encoder()
@@ -312,7 +310,9 @@ class SpeechRecognizer:
             results: list[Any] = [None] * len(windows)
             for rows, prompt in self._prompt_groups(languages, task, previous):
                 if assistant is None:
-                    decoded = self.decoder.decode(encoder_states[rows], prompt, is_repeating=self._is_repeating)
+                    decoded = self.decoder.decode(
+                        encoder_states[rows], prompt, options, is_repeating=self._is_repeating
+                    )
                 else:
                     drafts = self.generate_tokens(
                         features[rows],
@@ -320,10 +320,11 @@ class SpeechRecognizer:
                         languages[rows[0]],
                         task,
                         previous,
+                        options=options,
                         assistant_model=assistant,
                     )
                     decoded = [
-                        self.decoder.score(encoder_states[row : row + 1], prompt, row_tokens)
+                        self.decoder.score(encoder_states[row : row + 1], prompt, row_tokens, options)
                         for row, row_tokens in zip(rows, drafts, strict=True)
                     ]
                 for row, result in zip(rows, decoded, strict=True):
@@ -336,7 +337,7 @@ class SpeechRecognizer:
                 and needs_fallback(result, self.text(result.tokens), self.fallback)
             ]
             # One window per beam search: it holds num_beams rows of keys and values per window
-            # (whisper-base: ~450 MB for one window, ~1.1 GB for four at once), and few windows fall back.
+            # (benchmarks/README.md, "Numbers behind the code's choices"), and few windows fall back.
             for index in retry:
                 (tokens[index],) = self.generate_tokens(
                     features[index : index + 1],
@@ -344,6 +345,7 @@ class SpeechRecognizer:
                     languages[index],
                     task,
                     previous,
+                    options=options,
                     num_beams=self.fallback.num_beams,
                 )
             speech = [index for index, result in enumerate(results) if not is_silence(result, self.fallback)]
@@ -415,12 +417,15 @@ class SpeechRecognizer:
         language: Optional[str],
         task: str,
         previous: Sequence[int] = (),
+        *,
+        options: Optional[DecodingOptions] = None,
         **kwargs: Any,
     ) -> list[list[int]]:
         """transformers' Whisper `generate` on windows already encoded (beam search, speculative
-        decoding), conditioned on `previous` text tokens as the lean loop is: the generated
-        tokens of each window, without prompt and end-of-text. One generate call per window
-        batch, so nothing after the window is decoded."""
+        decoding), conditioned on `previous` text tokens and ruled by `options` (None: the
+        model's own) as the lean loop is: the generated tokens of each window, without prompt
+        and end-of-text. One generate call per window batch, so nothing after the window is
+        decoded. Greedy, it gives the lean loop's tokens (tests/test_decoding_paths.py)."""
         import torch
         from transformers.modeling_outputs import BaseModelOutput
 
@@ -431,6 +436,8 @@ class SpeechRecognizer:
             # <|startofprev|> and the text, exactly as GreedyWhisperDecoder.prompt puts them.
             start_sequence_length = len(self.decoder.prompt(language, task))
             kwargs["prompt_ids"] = torch.tensor(prompt[:-start_sequence_length], device=features.device)
+        if options is None:
+            options = DecodingOptions.for_model(self.model.generation_config)
         output = self.model.generate(
             features,
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
@@ -438,7 +445,7 @@ class SpeechRecognizer:
             return_dict_in_generate=True,
             force_unique_generate_call=True,
             **self._generate_kwargs(language, task),
-            **kwargs,
+            **{**options.generate_kwargs(), **kwargs},
         )
         eos = self.decoder.eos_token_id
         tokens = []

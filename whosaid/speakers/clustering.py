@@ -19,39 +19,18 @@ from typing import Optional
 
 import numpy as np
 
+from whosaid.speakers.hints import SpeakerHints
+
 #: Highest speaker count estimated when the request gives no upper bound.
 DEFAULT_MAX_SPEAKERS = 20
 
 
 @dataclass(frozen=True)
-class SpeakerCount:
-    """Hints from the request; None where not given."""
-
-    exactly: Optional[int] = None
-    at_least: Optional[int] = None
-    at_most: Optional[int] = None
-
-    @classmethod
-    def from_parameters(cls, speaker_parameters: dict[str, int]) -> "SpeakerCount":
-        return cls(
-            exactly=speaker_parameters.get("num_speakers"),
-            at_least=speaker_parameters.get("min_speakers"),
-            at_most=speaker_parameters.get("max_speakers"),
-        )
-
-    @property
-    def lowest(self) -> int:
-        return self.exactly or self.at_least or 1
-
-    @property
-    def highest(self) -> int:
-        return self.exactly or self.at_most or DEFAULT_MAX_SPEAKERS
-
-
-@dataclass(frozen=True)
 class ClusteringOptions:
-    # Centroid-linkage cut, as a Euclidean distance between unit vectors (2 - 2 cos = d^2).
-    threshold: float = 0.85
+    # Centroid-linkage cut, as a Euclidean distance between unit vectors (2 - 2 cos = d^2). It
+    # depends on the embedder: None in the built-in diarizer's options means its embedder's
+    # `clustering_threshold`; `cluster_speakers` needs a number.
+    threshold: Optional[float] = None
     # A cluster holding less speech than this (seconds, overlapping chunks counted once) is not a
     # speaker; its members join the nearest speaker.
     min_speaker_s: float = 1.0
@@ -70,8 +49,8 @@ def cluster_speakers(
     embeddings: np.ndarray,
     speech_s: np.ndarray,
     trusted: np.ndarray,
-    count: SpeakerCount,
-    options: ClusteringOptions = ClusteringOptions(),
+    hints: SpeakerHints,
+    options: ClusteringOptions,
 ) -> np.ndarray:
     """Speaker index of each local speaker of each chunk, -2 where the local speaker is not
     embedded (too little speech).
@@ -85,6 +64,9 @@ def cluster_speakers(
     """
     from scipy.cluster.hierarchy import fcluster, linkage
 
+    if options.threshold is None:
+        raise ValueError("cluster_speakers needs ClusteringOptions.threshold (the embedder's clustering_threshold)")
+
     num_chunks, num_local, _ = embeddings.shape
     embedded = ~np.isnan(embeddings).any(axis=2)
     trusted = trusted & embedded
@@ -95,7 +77,7 @@ def cluster_speakers(
     if len(chunk_index) == 0:  # speech, but no chunk with enough of one voice: the embedded ones
         chunk_index, local_index = np.nonzero(embedded)
     if len(chunk_index) == 0:
-        if count.lowest > 1:
+        if hints.lowest > 1:
             raise TooFewSpeakers()
         return np.where(embedded, 0, -2)
 
@@ -105,22 +87,22 @@ def cluster_speakers(
         labels = np.zeros(1, dtype=int)
     else:
         dendrogram = linkage(points, method="centroid", metric="euclidean")
-        labels = _cut(dendrogram, points, point_speech_s, count, options, fcluster)
+        labels = _cut(dendrogram, points, point_speech_s, hints, options, fcluster)
     n_speakers = int(labels.max()) + 1
-    if n_speakers < count.lowest:
+    if n_speakers < hints.lowest:
         raise TooFewSpeakers()
 
     centroids = _unit(np.stack([points[labels == k].mean(axis=0) for k in range(n_speakers)]))
     return _assign(embeddings, embedded, centroids)
 
 
-def _cut(dendrogram, points, speech_s, count, options, fcluster) -> np.ndarray:
+def _cut(dendrogram, points, speech_s, hints, options, fcluster) -> np.ndarray:
     """Labels 0..k-1 of the points for the speaker count the hints and the threshold give; points
     of clusters too small to be speakers are given to the nearest speaker."""
     n_points = len(points)
     at_threshold = fcluster(dendrogram, options.threshold, criterion="distance") - 1
     estimated = _speakers(at_threshold, speech_s, options.min_speaker_s)
-    target = int(np.clip(len(estimated), count.lowest, count.highest))
+    target = int(np.clip(len(estimated), hints.lowest, hints.highest(DEFAULT_MAX_SPEAKERS)))
     if len(estimated) == target:
         return _relabel(at_threshold, estimated, points)
     # Another cut of the same tree: the number of clusters nearest the threshold's that gives the
@@ -132,13 +114,13 @@ def _cut(dendrogram, points, speech_s, count, options, fcluster) -> np.ndarray:
         speakers = _speakers(labels, speech_s, options.min_speaker_s)
         if len(speakers) == target:
             return _relabel(labels, speakers, points)
-    if target < count.lowest or target > n_points:
+    if target < hints.lowest or target > n_points:
         raise TooFewSpeakers()
     # No cut has exactly that many clusters with enough speech: the largest clusters of the
     # finest cut that has that many clusters at all.
     labels = fcluster(dendrogram, target, criterion="maxclust") - 1
     sizes = np.bincount(labels, weights=speech_s)
-    if len(sizes) < count.lowest:
+    if len(sizes) < hints.lowest:
         raise TooFewSpeakers()
     return _relabel(labels, list(np.argsort(-sizes, kind="stable")[:target]), points)
 

