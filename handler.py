@@ -14,7 +14,6 @@ from typing import Any
 from whosaid.engine import Engine
 from whosaid.errors import InvalidInputError
 from whosaid.runtime.cancellation import TimeBudget
-from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
 
 logger = logging.getLogger(__name__)
 
@@ -26,15 +25,14 @@ class EndpointHandler:
         # raised as is: the endpoint fails to start with its message instead of serving wrong.
         self.engine = Engine.from_settings()
         runtime = self.engine.runtime
-        if runtime is not None:
-            # The toolkit configures the root logger at INFO, so this reaches the endpoint's logs.
-            logger.info(
-                "whosaid handler ready: device=%s dtype=%s attn_implementation=%s asr_model=%s",
-                runtime.device,
-                runtime.dtype,
-                runtime.attn_implementation,
-                runtime.asr_model,
-            )
+        # The toolkit configures the root logger at INFO, so this reaches the endpoint's logs.
+        logger.info(
+            "whosaid handler ready: device=%s dtype=%s attn_implementation=%s asr_model=%s",
+            runtime.device,
+            runtime.dtype,
+            runtime.attn_implementation,
+            runtime.asr_model,
+        )
         # The platform has no queue in front of the handler: a runaway request must end on its own.
         self.budget = TimeBudget()
 
@@ -47,8 +45,4 @@ class EndpointHandler:
             raise InvalidInputError(
                 'the request body must be {"inputs": <base64 audio>, "parameters": {...}}'
             )
-        with memory_released_on_failure():
-            transcript = self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget)
-        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
-            release_memory()
-        return transcript.to_dict()
+        return self.engine.run(data["inputs"], data.get("parameters"), budget=self.budget).to_dict()

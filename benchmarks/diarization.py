@@ -87,8 +87,8 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) 
     import torch
 
     from whosaid.audio.loading import Audio
+    from whosaid.speaker_hints import SpeakerHints
     from whosaid.speakers.builtin import BuiltinDiarizer
-    from whosaid.speakers.hints import SpeakerHints
 
     torch.set_num_threads(threads)
     diarizer = BuiltinDiarizer.load("cpu")
@@ -145,7 +145,7 @@ def oracle_der(diarizer, audio, reference) -> float:
     from pyannote.audio.pipelines.clustering import OracleClustering
     from pyannote.core import Annotation, Segment
 
-    from whosaid.speakers.hints import SpeakerHints
+    from whosaid.speaker_hints import SpeakerHints
 
     segmentations = diarizer.segment(audio)
     annotation = Annotation()

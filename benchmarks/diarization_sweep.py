@@ -30,9 +30,9 @@ def main() -> None:
     from pyannote.metrics.diarization import DiarizationErrorRate
 
     from whosaid.audio.loading import Audio, load_audio_file
+    from whosaid.speaker_hints import SpeakerHints
     from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
     from whosaid.speakers.clustering import ClusteringOptions
-    from whosaid.speakers.hints import SpeakerHints
 
     torch.set_num_threads(args.threads)
     references = read_rttm(AMI_DIR / "ami-train.rttm")

@@ -28,8 +28,8 @@ import numpy as np
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import BuiltinDiarizer
-from whosaid.speakers.hints import SpeakerHints
 from whosaid.speakers.known import SpeakerIdentifier, match_speakers, mean_voice, rename
 
 FRAME_S = 0.01

@@ -146,8 +146,8 @@ def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[J
 def _load_diarization(job: Job) -> Runner:
     from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
+    from whosaid.speaker_hints import SpeakerHints
     from whosaid.speakers.diarizer import load_diarizer
-    from whosaid.speakers.hints import SpeakerHints
 
     _torch_device_and_dtype(job.threads)
     diarizer = load_diarizer(

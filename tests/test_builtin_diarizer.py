@@ -17,9 +17,9 @@ from tests.support.timelines import annotation
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 from whosaid.speakers.clustering import ClusteringOptions, cluster_speakers
-from whosaid.speakers.hints import SpeakerHints
 
 pytestmark = pytest.mark.slow
 

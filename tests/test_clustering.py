@@ -11,9 +11,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pytest
 
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import _follow_neighbours, _shared
 from whosaid.speakers.clustering import ClusteringOptions, TooFewSpeakers, cluster_speakers
-from whosaid.speakers.hints import SpeakerHints
 
 #: The cut the voices below are placed around (CAM++'s, the built-in diarizer's default).
 THRESHOLD = 0.85

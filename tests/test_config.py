@@ -6,7 +6,7 @@ import pytest
 
 from whosaid.config import InferenceConfig, ModelSettings
 from whosaid.errors import InvalidParametersError
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.speaker_hints import SpeakerHints
 
 
 def parse(parameters, **context):

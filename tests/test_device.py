@@ -16,7 +16,7 @@ from tests.support.devices import expected_reason
 from whosaid.config import ModelSettings, get_model_settings
 from whosaid.engine import Engine
 from whosaid.errors import ModelLoadError
-from whosaid.runtime.device import cuda_fix, nvidia_driver_version, resolve_device
+from whosaid.runtime.device import cuda_fix, is_out_of_memory, nvidia_driver_version, resolve_device
 
 DEVICE_LOGGER = "whosaid.runtime.device"
 
@@ -143,3 +143,14 @@ def test_the_handler_logs_device_dtype_and_attention_at_start_up(
     assert messages == [
         f"whosaid handler ready: device=cpu dtype=float32 attn_implementation=sdpa asr_model={device_model}"
     ]
+
+
+def test_out_of_memory_is_known_by_its_type_and_by_its_text_only_where_torch_gives_no_type() -> None:
+    import torch
+
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    # MPS's allocator, and a CUDA call that fails outside the allocator: plain RuntimeErrors.
+    assert is_out_of_memory(RuntimeError("MPS backend out of memory (MPS allocated: 7.64 GiB)"))
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_out_of_memory(ValueError("the tokenizer ran out of memory slots"))

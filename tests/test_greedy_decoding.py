@@ -201,8 +201,8 @@ def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sampl
 
 
 def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
-    from whosaid.recognition.recognizer import clean_chunks
+    from whosaid.recognition.segments import Span, clean_chunks
 
-    spans = [(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
+    spans = [Span(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
     return clean_chunks(spans, duration_s)
 

@@ -20,7 +20,7 @@ from tests.support.tiny_whisper import build_random_whisper
 from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.errors import InferenceError
 from whosaid.recognition.greedy import FallbackOptions, complete_segments
-from whosaid.recognition.word_timing import SegmentTokens
+from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens
 
 POSITIONS = 64
 #: Windows of at most 10 s, one batch each: pyannote's sample makes four windows, its first
@@ -291,7 +291,8 @@ def test_word_alignment_leaves_out_text_past_the_positions(looping_engine, sampl
         states = recognizer.encode(recognizer.features([sample_audio.samples[:samples]]))
     text = (tokens["hello"],) * 40 + (tokens["world"],) * 40
     segments = [SegmentTokens(text[:50], 0.0, 4.0), SegmentTokens(text[50:], 4.0, 8.0)]
-    (timed,) = recognizer.word_timer.window_words(states, [start], [segments], [0.0], [samples], ["en"])
+    window = DecodedWindow(tuple(start), tuple(segments), offset_s=0.0, samples=samples, language="en")
+    (timed,) = recognizer.word_timer.window_words(states, [window])
     room = POSITIONS - len(start) - 2
     assert [segment.tokens for segment, _ in timed] == [text[:50], text[50:room]]
     words = [word for _, segment_words in timed for word in segment_words]

@@ -26,8 +26,8 @@ from whosaid.formats import DiarizedTranscription, VerboseTranscription
 from whosaid.results import Diarization, SpeakerTurn, Word
 from whosaid.server.app import create_app
 from whosaid.server.settings import ServerSettings
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.attribution import assign_speakers
-from whosaid.speakers.hints import SpeakerHints
 
 PARAMETERS = {"language": "en"}
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.pyannote_local import build_random_diarization_pipeline
 from whosaid.audio.loading import Audio
 from whosaid.errors import InvalidParametersError
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.pyannote import PyannoteDiarizer
 
 pytestmark = pytest.mark.slow

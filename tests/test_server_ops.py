@@ -18,13 +18,16 @@ from typing import Iterator, Optional
 import numpy as np
 import pytest
 import requests
+import torch
 
 from tests.support.audio_files import encode
 from tests.support.server import threaded_server, wait_until
 from whosaid.engine import Engine
 from whosaid.errors import ModelLoadError
-from whosaid.recognition.recognizer import AsrOutput
+from whosaid.recognition.protocol import AsrOutput
+from whosaid.recognition.segments import Span
 from whosaid.results import Chunk
+from whosaid.runtime.device import ModelRuntime
 from whosaid.server.app import create_app
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.settings import ServerSettings
@@ -35,10 +38,11 @@ HEALTH_BUDGET_S = 0.2
 
 
 class StubRecognizer:
-    """Stands in for SpeechRecognizer: says " hello there" over the whole audio, once `gate`
-    is open; raises `failure` instead when one is set."""
+    """A Recognizer standing in for SpeechRecognizer: says " hello there" over the whole audio,
+    once `gate` is open; raises `failure` instead when one is set."""
 
     has_assistant = False
+    runtime = ModelRuntime(device="cpu", dtype="float32", attn_implementation="eager", asr_model="stub")
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -52,7 +56,7 @@ class StubRecognizer:
         self.calls = 0
         self.hold_s = 0.0  # how long each job takes once the gate is open
 
-    def transcribe(self, audio, config, *, should_stop=None) -> AsrOutput:
+    def transcribe(self, audio, config, *, should_stop=None, on_window=None) -> AsrOutput:
         self.calls += 1
         give_up = time.monotonic() + 30
         while not self.gate.wait(timeout=0.05):
@@ -63,6 +67,8 @@ class StubRecognizer:
         time.sleep(self.hold_s)
         if self.failure is not None:
             raise self.failure
+        if on_window is not None:
+            on_window([Span(0.0, audio.duration_s, " hello there")])
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
 
 
@@ -140,6 +146,9 @@ def test_health_answers_at_once_and_ready_says_why_not_while_models_load(stub) -
         assert metric(url, "whosaid_model_ready") == 0
         loaded.set()
         wait_until(lambda: requests.get(f"{url}/ready", timeout=5).status_code == 200, 10, "/ready")
+        # Where the recognizer says its model runs.
+        body = requests.get(f"{url}/ready", timeout=5).json()
+        assert (body["device"], body["dtype"], body["attn_implementation"]) == ("cpu", "float32", "eager")
         assert post_audio(url).json()["text"] == "hello there"
 
 
@@ -176,7 +185,7 @@ def answers_503(url: str) -> bool:
 @pytest.mark.parametrize(
     "failure, status, code",
     [
-        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), 503, "out_of_memory"),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), 503, "out_of_memory"),
         (ValueError("shapes (3,) and (4,) not aligned"), 500, "inference_error"),
     ],
 )

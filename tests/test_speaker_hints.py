@@ -7,7 +7,7 @@ import pytest
 
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
-from whosaid.speakers.hints import SpeakerHints, check_speaker_count, too_many_speakers
+from whosaid.speaker_hints import SpeakerHints, check_speaker_count, too_many_speakers
 from whosaid.speakers.pyannote import pipeline_arguments
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.timelines import annotation, segmentations
 from whosaid.results import Diarization, SpeakerTurn, Transcript
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.pyannote import diarization_from_output, turns_of
 
 # ------------------------------------------------------------------ from pyannote's output

@@ -22,8 +22,8 @@ from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
 from whosaid.results import Diarization, SpeakerSegment, SpeakerTurn, Transcript
+from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.attribution import assign_speakers
-from whosaid.speakers.hints import SpeakerHints
 
 MAX_CPWER_OVER_WER = 0.01
 

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from tests.support.fallback import recognizer_with
 from whosaid.audio.loading import Audio
 from whosaid.audio.vad import SpeechWindow, plan_joined_windows, plan_windows
 from whosaid.config import InferenceConfig
@@ -107,8 +108,7 @@ def test_a_long_pause_is_in_no_word_or_chunk_of_a_joined_window(converted_model,
     samples = np.concatenate([sample_audio.samples[:cut], silent, sample_audio.samples[cut:]])
     config = InferenceConfig.from_parameters({"return_timestamps": "word"})[0]
     recognizer: SpeechRecognizer = engine.recognizer
-    joined = recognizer.with_fallback(recognizer.fallback)
-    joined.window_pause_s = 0.5
+    joined = recognizer_with(recognizer, window_pause_s=0.5)
     windows = joined._windows(Audio(samples), 30.0, multilingual=False)
     assert len(windows) == 1 and windows[0].joined
     chunks = joined.transcribe(Audio(samples), config).chunks

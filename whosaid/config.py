@@ -23,11 +23,14 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from whosaid.errors import InvalidParametersError
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.errors import AsrModelMissingError, InvalidParametersError, ModelLoadError
+from whosaid.speaker_hints import SpeakerHints
 
 WHISPER_SAMPLE_RATE_HZ = 16_000  # Whisper's feature extractor works at 16 kHz
 WHISPER_WINDOW_S = 30.0  # Whisper sees at most 30 s of audio per forward pass
+# Whisper's time grid: a log-mel frame every 160 samples (10 ms), halved by the encoder's stride-2
+# convolution into 50 encoder frames a second; a timestamp token is one encoder frame (20 ms).
+WHISPER_FRAMES_PER_S = 50
 DEFAULT_BATCH_SIZE = 24  # the original handler's default: chunks decoded together on the batched path
 # A prompt longer than this cannot fit: Whisper keeps at most 223 tokens of previous text.
 MAX_PROMPT_CHARS = 2_000
@@ -165,13 +168,28 @@ class ModelSettings(BaseSettings):
         return self.hf_token.get_secret_value() if self.hf_token else None
 
 
+def read_model_settings(**given: Any) -> ModelSettings:
+    """ModelSettings from `given` over the environment. Raises AsrModelMissingError, saying what
+    to set, when neither names an ASR model, and ModelLoadError for any other invalid setting."""
+    try:
+        return ModelSettings(**given)
+    except ValidationError as error:
+        if any(detail["loc"] == ("asr_model",) and detail["type"] == "missing" for detail in error.errors()):
+            raise AsrModelMissingError(
+                "ASR_MODEL is not set: set it to a Whisper model on the Hub (e.g. "
+                "openai/whisper-large-v3) or a local model directory"
+            ) from error
+        raise ModelLoadError(f"invalid model settings: {error}") from error
+
+
 @functools.lru_cache(maxsize=1)
 def get_model_settings() -> ModelSettings:
-    """The settings of this process, built on first use (never at import time).
+    """The settings of this process, built on first use (never at import time); raises as
+    `read_model_settings` does.
 
     Tests and the CLI call `get_model_settings.cache_clear()` after changing the environment.
     """
-    return ModelSettings()
+    return read_model_settings()
 
 
 class InferenceConfig(BaseModel):

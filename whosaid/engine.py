@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
-
-from pydantic import ValidationError
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
-from whosaid.errors import InferenceError, InvalidParametersError, ModelLoadError, OutOfMemoryError, WhosaidError
+from whosaid.errors import InvalidParametersError, ModelLoadError
+from whosaid.recognition.protocol import Recognizer
 from whosaid.recognition.recognizer import SpeechRecognizer
 from whosaid.recognition.text_deltas import TextDeltas
 from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
-from whosaid.runtime.device import ModelRuntime, is_out_of_memory
+from whosaid.runtime.device import ModelRuntime
+from whosaid.runtime.failures import as_core_errors
+from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
@@ -26,17 +26,14 @@ from whosaid.speakers.protocols import Diarizer
 logger = logging.getLogger(__name__)
 
 
-def load_settings() -> ModelSettings:
-    """The process's settings, with a missing ASR_MODEL reported as what to set."""
-    try:
-        return get_model_settings()
-    except ValidationError as error:
-        raise ModelLoadError(
-            "ASR_MODEL is not set: set it to a Whisper model on the Hub (e.g. "
-            "openai/whisper-large-v3) or a local model directory"
-            if any(detail["loc"] == ("asr_model",) for detail in error.errors())
-            else f"invalid model settings: {error}"
-        ) from error
+class JobListener(Protocol):
+    """Progress of one job, called from the thread that runs it (streamed responses)."""
+
+    def accepted(self, duration_s: float) -> None:
+        """The audio decoded and is within the limits: the job will not fail on its input."""
+
+    def text(self, delta: str) -> None:
+        """More of the transcript's text, in order."""
 
 
 class Engine:
@@ -47,7 +44,7 @@ class Engine:
 
     def __init__(
         self,
-        recognizer: SpeechRecognizer,
+        recognizer: Recognizer,
         diarizer: Optional[Diarizer] = None,
         *,
         max_audio_duration_s: float = DEFAULT_MAX_AUDIO_DURATION_S,
@@ -61,7 +58,7 @@ class Engine:
 
     @classmethod
     def from_settings(cls, settings: Optional[ModelSettings] = None) -> "Engine":
-        settings = settings or load_settings()
+        settings = settings or get_model_settings()
         started = time.perf_counter()
         recognizer = SpeechRecognizer.from_settings(settings)
         diarizer = load_diarizer(settings) if settings.diarization_model else None
@@ -77,18 +74,16 @@ class Engine:
             settings.asr_model,
             settings.assistant_model,
             settings.diarization_model,
-            runtime.device if runtime else settings.resolved_device(),
-            runtime.dtype if runtime else settings.resolved_dtype(),
-            runtime.attn_implementation if runtime else settings.resolved_attn_implementation(),
+            runtime.device,
+            runtime.dtype,
+            runtime.attn_implementation,
         )
         return engine
 
-    @functools.cached_property
-    def runtime(self) -> Optional[ModelRuntime]:
-        """Device, dtype and attention of the loaded ASR model, read once; None for a recognizer
-        without a transformers model (test stand-ins)."""
-        model = getattr(self.recognizer, "model", None)
-        return ModelRuntime.of(model) if model is not None else None
+    @property
+    def runtime(self) -> ModelRuntime:
+        """Device, dtype and attention of the loaded ASR model."""
+        return self.recognizer.runtime
 
     def parse_parameters(self, parameters: Optional[dict[str, Any]]) -> tuple[InferenceConfig, list[str]]:
         return InferenceConfig.from_parameters(
@@ -114,11 +109,47 @@ class Engine:
         """A request as the handler gets it: raw inputs and a parameters dict. With `budget`,
         the job stops with TimeBudgetExceededError once its time for this audio is spent."""
         config, warnings = self.parse_parameters(parameters)
-        audio = self.load_audio(inputs, config)
-        stop = StopSignal()
-        if budget is not None:
-            stop.start_budget(budget, audio.duration_s)
-        return self.transcribe(audio, config, warnings=warnings, should_stop=stop)
+        return self.run_job(inputs, config, warnings=warnings, budget=budget)
+
+    def run_job(
+        self,
+        inputs: AudioInput,
+        config: InferenceConfig,
+        *,
+        warnings: Sequence[str] = (),
+        stop: Optional[StopSignal] = None,
+        budget: Optional[TimeBudget] = None,
+        listener: Optional[JobListener] = None,
+    ) -> Transcript:
+        """A request whose parameters are parsed, from its raw inputs to its transcript (the
+        expensive part, for a worker thread). Audio over MAX_AUDIO_DURATION_S (AudioTooLongError)
+        and known-speaker references that are not usable fail first, before `budget` starts on
+        `stop` and before `listener` hears that the audio is accepted. Memory is handed back when
+        the job fails, and after long audio."""
+        signal = StopSignal() if stop is None else stop
+
+        # A function of its own: when it raises, its frame (and the audio it holds) is finished,
+        # so memory_released_on_failure can drop it.
+        def job() -> Transcript:
+            audio = self.load_audio(inputs, config)
+            voices = self.known_voices(config)
+            if budget is not None:
+                signal.start_budget(budget, audio.duration_s)
+            if listener is not None:
+                listener.accepted(audio.duration_s)
+            return self.transcribe(
+                audio,
+                config,
+                warnings=warnings,
+                should_stop=signal,
+                on_text=listener.text if listener is not None else None,
+                voices=voices,
+            )
+
+        with memory_released_on_failure():
+            transcript = job()
+        release_memory_after(transcript.duration_s)
+        return transcript
 
     def transcribe(
         self,
@@ -147,26 +178,22 @@ class Engine:
                 diarized=self.diarizer is not None,
                 warnings=tuple(warnings),
             )
-        with _translate_failures("speech recognition"):
+        with as_core_errors("speech recognition"):
             # Speakers are attributed word by word, so a diarizer needs the words' times (the
             # response lists them only when the request asked).
             asr_config = config
             if self.diarizer is not None:
                 asr_config = config.model_copy(update={"return_timestamps": "word"})
-            # Passed only when asked for: recognizers without streaming keep working.
-            streaming: dict[str, Any] = {}
-            if on_text is not None:
-                deltas = TextDeltas(on_text)
-                streaming["on_window"] = lambda spans: deltas.add(span[2] for span in spans)
-            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, **streaming)
+            on_window = TextDeltas(on_text).add_window if on_text is not None else None
+            asr = self.recognizer.transcribe(audio, asr_config, should_stop=should_stop, on_window=on_window)
         speakers, turns, identities = (), (), ()
         if self.diarizer is not None:
             if should_stop is not None:
                 should_stop.check()
-            with _translate_failures("speaker diarization"):
+            with as_core_errors("speaker diarization"):
                 diarization = self.diarizer.diarize(audio, config.speaker_hints())
             if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
-                with _translate_failures("speaker identification"):
+                with as_core_errors("speaker identification"):
                     diarization, identities = self.speaker_identifier.identify(
                         audio, diarization, voices, with_embeddings=config.return_speaker_embeddings
                     )
@@ -202,7 +229,7 @@ class Engine:
             (name, decode_reference(name, reference, max_duration_s=self.max_audio_duration_s))
             for name, reference in references
         ]
-        with _translate_failures("speaker identification"):
+        with as_core_errors("speaker identification"):
             return self.speaker_identifier.voices(decoded)
 
 
@@ -221,24 +248,3 @@ def _speaker_identifier(
     if settings.voices_dir:
         identifier.library = load_voice_library(Path(settings.voices_dir), identifier)
     return identifier
-
-
-class _translate_failures:
-    """Our own errors pass through; out-of-memory becomes OutOfMemoryError (a 5xx, worth a
-    retry); anything else is an internal InferenceError that keeps the original as its cause."""
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
-        if error is None or isinstance(error, WhosaidError) or not isinstance(error, Exception):
-            return False
-        if is_out_of_memory(error):
-            raise OutOfMemoryError(
-                f"{self.stage} ran out of device memory; retry later or with a smaller batch_size"
-            ) from error
-        logger.exception("%s failed", self.stage)
-        raise InferenceError(f"{self.stage} failed: {type(error).__name__}: {error}") from error

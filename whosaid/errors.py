@@ -1,5 +1,6 @@
-"""Exceptions raised by the core. The edges (handler, server, CLI) map them to responses;
-the core itself never imports a web framework."""
+"""Exceptions raised by the core (whosaid.runtime.failures makes any other failure one of them).
+The edges (handler, server, CLI) map them to responses; the core itself never imports a web
+framework."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ class ModelLoadError(WhosaidError):
     """A model could not be loaded (missing, gated without a token, incompatible)."""
 
     code = "model_load_error"
+
+
+class AsrModelMissingError(ModelLoadError):
+    """No ASR model is named (ASR_MODEL is not set); the CLI then loads its embedded default."""
 
 
 class InferenceError(WhosaidError):

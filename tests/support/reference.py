@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_WINDOW_S
-from whosaid.recognition.recognizer import SpeechRecognizer, clean_chunks
+from whosaid.recognition.recognizer import SpeechRecognizer
+from whosaid.recognition.segments import Span, clean_chunks
 from whosaid.results import Chunk
 
 
@@ -28,7 +29,7 @@ def transcribe_with_generate(
             kwargs = {"assistant_model": assistant} if assistant is not None else {}
             (tokens,) = recognizer.generate_tokens(features, encoder_states, language, task, **kwargs)
         spans += [
-            (segment.start_s, segment.end_s, recognizer.text(segment.tokens), (), default_language)
+            Span(segment.start_s, segment.end_s, recognizer.text(segment.tokens), (), default_language)
             for segment in recognizer.segments(window, tokens)
         ]
     return clean_chunks(spans, audio.duration_s)

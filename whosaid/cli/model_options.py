@@ -11,10 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import ValidationError
-
-from whosaid.config import ModelSettings
-from whosaid.errors import ModelLoadError
+from whosaid.config import ModelSettings, read_model_settings
+from whosaid.errors import AsrModelMissingError, ModelLoadError
 from whosaid.speakers.diarizer import BUILTIN_MODEL
 
 logger = logging.getLogger(__name__)
@@ -54,10 +52,9 @@ def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
     an ASR model, the embedded default. Raises ModelLoadError saying what to do when none exists."""
     given = {name: value for name, value in overrides.items() if value is not None}
     try:
-        return ModelSettings(**given)
-    except ValidationError as error:
-        if not any(detail["loc"] == ("asr_model",) and detail["type"] == "missing" for detail in error.errors()):
-            raise ModelLoadError(f"invalid model settings: {error}") from error
+        return read_model_settings(**given)
+    except AsrModelMissingError:
+        pass
     if not EMBEDDED_ASR_MODEL_DIR.is_dir():
         raise ModelLoadError(
             "no ASR model: set ASR_MODEL (or pass --asr-model) to a Whisper model on the Hub, e.g. "
@@ -68,7 +65,4 @@ def resolve_model_settings(**overrides: Optional[Any]) -> ModelSettings:
     if "diarization_model" not in given and not os.environ.get("DIARIZATION_MODEL"):
         defaults["diarization_model"] = BUILTIN_MODEL
     logger.info("ASR_MODEL is not set: using the embedded default %s", ", ".join(defaults.values()))
-    try:
-        return ModelSettings(**defaults, **given)
-    except ValidationError as error:
-        raise ModelLoadError(f"invalid model settings: {error}") from error
+    return read_model_settings(**defaults, **given)

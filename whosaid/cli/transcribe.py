@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.config import InferenceConfig
     from whosaid.engine import Engine
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
-    from whosaid.runtime.memory import RELEASE_AFTER_AUDIO_S, memory_released_on_failure, release_memory
+    from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
     parameters, problem = _parameters(args), None
     try:
@@ -176,9 +176,9 @@ def run(args: argparse.Namespace) -> int:
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)
             continue
         _emit(transcript, path, args, many=many, task=config.task)
-        if transcript.duration_s >= RELEASE_AFTER_AUDIO_S:
-            del transcript
-            release_memory()
+        duration_s = transcript.duration_s
+        del transcript
+        release_memory_after(duration_s)
     return 1 if failed else 0
 
 

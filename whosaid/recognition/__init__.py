@@ -1,2 +1,4 @@
-"""Whisper speech recognition: the recognizer, model loading, the greedy loop and its decoder step,
-the logits rules, word timing, and the spans made into chunks."""
+"""Whisper speech recognition: the `Recognizer` protocol (protocol) and its implementation
+(recognizer), model loading (loading), the greedy loop (greedy) and its decoder step
+(decoder_step), the decoding options and logits rules (logits_rules), word timing (word_timing),
+the spans made into chunks (segments), and text pieces as windows finish (text_deltas)."""

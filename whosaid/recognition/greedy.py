@@ -24,10 +24,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from whosaid.config import WHISPER_FRAMES_PER_S
 from whosaid.recognition.decoder_step import WhisperDecoderStep
 from whosaid.recognition.logits_rules import DecodingOptions, WhisperLogitsRules
 
-WHISPER_TIME_PRECISION_S = 0.02  # one timestamp token: <|0.00|>, <|0.02|>, ...
+WHISPER_TIME_PRECISION_S = 1 / WHISPER_FRAMES_PER_S  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
 
 @dataclass(frozen=True)

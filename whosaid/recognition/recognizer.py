@@ -7,8 +7,7 @@ once or per window, and word timestamps (whosaid.recognition.word_timing) for th
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -22,7 +21,7 @@ from whosaid.audio.vad import (
     plan_windows,
 )
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
-from whosaid.errors import InferenceError, InvalidParametersError, WhosaidError
+from whosaid.errors import InferenceError, InvalidParametersError
 from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     FallbackOptions,
@@ -35,16 +34,14 @@ from whosaid.recognition.greedy import (
 )
 from whosaid.recognition.loading import load_assistant, load_whisper
 from whosaid.recognition.logits_rules import DecodingOptions
+from whosaid.recognition.protocol import ASSISTED, BATCHED, AsrOutput
 from whosaid.recognition.segments import Span, clean_chunks
-from whosaid.recognition.word_timing import SegmentTokens, WordTimer
-from whosaid.results import Chunk, Word
+from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens, WordTimer
+from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
-from whosaid.runtime.device import is_out_of_memory
+from whosaid.runtime.device import ModelRuntime
+from whosaid.runtime.failures import as_core_errors
 
-logger = logging.getLogger(__name__)
-
-ASSISTED = "assisted"
-BATCHED = "batched"
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
 # a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
@@ -54,17 +51,9 @@ ENCODER_WINDOWS_PER_PASS_CPU = 1
 ENCODER_WINDOWS_PER_PASS_GPU = 8
 
 
-@dataclass(frozen=True)
-class AsrOutput:
-    chunks: tuple[Chunk, ...]
-    language: Optional[str]
-    decoding: str  # ASSISTED or BATCHED
-    # What the response should tell the client: windows whose looping text was cut.
-    warnings: tuple[str, ...] = ()
-
-
 class SpeechRecognizer:
-    """A loaded Whisper model (and optional assistant), ready to transcribe `Audio`."""
+    """A loaded Whisper model (and optional assistant), ready to transcribe `Audio`: the
+    Recognizer the engine runs in production."""
 
     def __init__(
         self,
@@ -108,22 +97,14 @@ class SpeechRecognizer:
         pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
         return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
 
-    def with_fallback(self, fallback: FallbackOptions) -> "SpeechRecognizer":
-        """This recognizer's models with other fallback options (nothing is loaded again)."""
-        return SpeechRecognizer(
-            self.model,
-            self.processor,
-            self.assistant,
-            self.vad,
-            fallback=fallback,
-            language_switch_pause_s=self.language_switch_pause_s,
-            assisted_max_duration_s=self.assisted_max_duration_s,
-            window_pause_s=self.window_pause_s,
-        )
-
     @property
     def has_assistant(self) -> bool:
         return self.assistant is not None
+
+    @functools.cached_property
+    def runtime(self) -> ModelRuntime:
+        """Read once from the loaded model: what it really runs with, not what was asked."""
+        return ModelRuntime.of(self.model)
 
     def uses_assistant(self, config: InferenceConfig, duration_s: float) -> bool:
         """'auto' assists up to the measured crossover duration (whosaid.assistant.build.assists)."""
@@ -166,20 +147,11 @@ class SpeechRecognizer:
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
-            try:
+            # The whole request fails: say where, so that the audio can be checked or cut there.
+            with as_core_errors("speech recognition", where=f" in {_span_name(batch)}"):
                 window_spans, language, batch_warnings = self._transcribe_windows(
                     audio, batch, language, options, previous, assistant=self.assistant if assisted else None
                 )
-            except WhosaidError:
-                raise
-            except Exception as error:
-                if is_out_of_memory(error):
-                    raise
-                # The whole request fails: say where, so that the audio can be checked or cut there.
-                logger.exception("speech recognition failed in %s", _span_name(batch))
-                raise InferenceError(
-                    f"speech recognition failed in {_span_name(batch)}: {type(error).__name__}: {error}"
-                ) from error
             warnings += batch_warnings
             for one_window_spans in window_spans:
                 spans += one_window_spans
@@ -362,12 +334,17 @@ class SpeechRecognizer:
             if options.word_timestamps and speech:
                 timed = self.word_timer.window_words(
                     encoder_states[speech],
-                    # Aligned without the previous text, as openai/whisper does.
-                    [self.decoder.prompt(languages[index], task) for index in speech],
-                    [segments[index] for index in speech],
-                    [windows[index].offset_s for index in speech],
-                    [len(windows[index].samples(audio.samples)) for index in speech],
-                    [languages[index] for index in speech],
+                    [
+                        DecodedWindow(
+                            # Aligned without the previous text, as openai/whisper does.
+                            start_sequence=tuple(self.decoder.prompt(languages[index], task)),
+                            segments=tuple(segments[index]),
+                            offset_s=windows[index].offset_s,
+                            samples=len(windows[index].samples(audio.samples)),
+                            language=languages[index],
+                        )
+                        for index in speech
+                    ],
                 )
                 words.update(zip(speech, timed, strict=True))
             for index in speech:
@@ -375,7 +352,7 @@ class SpeechRecognizer:
                     words[index] = _to_audio_times(windows[index], words[index])
         spans: list[list[Span]] = [
             [
-                (
+                Span(
                     segment.start_s,
                     segment.end_s,
                     self.text(segment.tokens),

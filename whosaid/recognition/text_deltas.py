@@ -8,7 +8,9 @@ whitespace is held back until more text follows (the last piece's is never sent)
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
+
+from whosaid.recognition.segments import Span
 
 
 class TextDeltas:
@@ -31,3 +33,7 @@ class TextDeltas:
         delta = self._held_whitespace + body
         self._held_whitespace = text[len(body) :]
         self._emit(delta)
+
+    def add_window(self, spans: Sequence[Span]) -> None:
+        """A window's spans, as Recognizer.transcribe's `on_window` gives them."""
+        self.add(span.text for span in spans)

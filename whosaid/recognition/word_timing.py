@@ -13,6 +13,7 @@ words at sentence and segment boundaries.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import string
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from whosaid.config import WHISPER_FRAMES_PER_S, WHISPER_SAMPLE_RATE_HZ
 from whosaid.results import Word
 
 logger = logging.getLogger(__name__)
@@ -29,8 +31,6 @@ MEDIAN_FILTER_WIDTH = 7
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_END_MARKS = ".。!！?？"
-HOP_LENGTH_SAMPLES = 160  # one log-mel frame is 10 ms; the encoder halves it: 50 frames a second
-ENCODER_FRAMES_PER_S = 50
 LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 
 
@@ -53,6 +53,18 @@ class SegmentTokens:
     tokens: tuple[int, ...]
     start_s: float
     end_s: float
+
+
+@dataclass(frozen=True)
+class DecodedWindow:
+    """One decoded window, as word timing reads it."""
+
+    #: <|startoftranscript|> <|lang|> <|task|>: what its text is aligned after.
+    start_sequence: tuple[int, ...]
+    segments: tuple[SegmentTokens, ...]
+    offset_s: float  # where the window's own time line starts on the audio's
+    samples: int  # how many samples of audio it holds
+    language: Optional[str]
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,35 +137,31 @@ class WordTimer:
         self.max_target_positions = int(config.max_target_positions)
 
     def window_words(
-        self,
-        encoder_states: Any,
-        start_sequences: Sequence[Sequence[int]],
-        segments: Sequence[Sequence[SegmentTokens]],
-        window_starts_s: Sequence[float],
-        window_samples: Sequence[int],
-        languages: Sequence[Optional[str]],
+        self, encoder_states: Any, windows: Sequence[DecodedWindow]
     ) -> list[list[tuple[SegmentTokens, tuple[Word, ...]]]]:
-        """Words of each window's segments, on the audio's time line. Row r of `encoder_states`
-        is window r, decoded from `start_sequences[r]` (<|startoftranscript|> <|lang|> <|task|>)
-        into `segments[r]`. Returns, per window, each segment with its (start, end) moved to its
+        """Words of each window's segments, on the audio's time line; row r of `encoder_states`
+        is `windows[r]`. Returns, per window, each segment with its (start, end) moved to its
         words' as openai/whisper does, and its words.
 
         The alignment pass reads each window's text in the model's positions after its start
         sequence: text that would not fit (never what the recognizer gives, its decoding leaves
         the room) is left out, segments and words alike, from the first token that does not."""
-        segments = [
-            self._fit(window, self.max_target_positions - len(start) - 2)
-            for window, start in zip(segments, start_sequences, strict=True)
+        windows = [
+            dataclasses.replace(
+                window,
+                segments=tuple(self._fit(window.segments, self.max_target_positions - len(window.start_sequence) - 2)),
+            )
+            for window in windows
         ]
         token_lists = [
-            [token for segment in window for token in segment.tokens if token < self.eot_token_id]
-            for window in segments
+            [token for segment in window.segments for token in segment.tokens if token < self.eot_token_id]
+            for window in windows
         ]
-        alignments = self._align(encoder_states, start_sequences, token_lists, window_samples)
-        results = []
-        for window, alignment, offset_s, language in zip(segments, alignments, window_starts_s, languages, strict=True):
-            results.append(self._segment_words(window, alignment, offset_s, language))
-        return results
+        alignments = self._align(encoder_states, windows, token_lists)
+        return [
+            self._segment_words(window.segments, alignment, window.offset_s, window.language)
+            for window, alignment in zip(windows, alignments, strict=True)
+        ]
 
     def _fit(self, segments: Sequence[SegmentTokens], room: int) -> list[SegmentTokens]:
         """`segments` cut after their first `room` text tokens (the <|notimestamps|> and
@@ -171,11 +179,7 @@ class WordTimer:
         return fitted
 
     def _align(
-        self,
-        encoder_states: Any,
-        start_sequences: Sequence[Sequence[int]],
-        token_lists: Sequence[list[int]],
-        window_samples: Sequence[int],
+        self, encoder_states: Any, windows: Sequence[DecodedWindow], token_lists: Sequence[list[int]]
     ) -> list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         """(token indices, frame indices, token probabilities) from DTW, per window; None for a
         window without text. One decoder pass for the whole batch."""
@@ -186,7 +190,8 @@ class WordTimer:
         if not rows:
             return results
         sequences = [
-            [*start_sequences[row], self.no_timestamps_token_id, *token_lists[row], self.eot_token_id] for row in rows
+            [*windows[row].start_sequence, self.no_timestamps_token_id, *token_lists[row], self.eot_token_id]
+            for row in rows
         ]
         length = max(len(sequence) for sequence in sequences)
         device = encoder_states.device
@@ -212,7 +217,7 @@ class WordTimer:
                 logits = self.model.proj_out(hidden)
                 # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames),
                 # over the frames that hold audio (keys are per frame: cutting first is exact).
-                frames = max(self._frames(window_samples[row], states.shape[1]) for row in rows)
+                frames = max(self._frames(windows[row].samples, states.shape[1]) for row in rows)
                 projected = {}
                 for layer in layers:
                     attention = decoder.layers[layer].encoder_attn
@@ -231,9 +236,9 @@ class WordTimer:
                     results[row] = self._dtw_row(
                         attention_logits[position],
                         logits[position].float(),
-                        len(start_sequences[row]),
+                        len(windows[row].start_sequence),
                         token_lists[row],
-                        window_samples[row],
+                        windows[row].samples,
                     )
         finally:
             for hook in hooks:
@@ -243,7 +248,7 @@ class WordTimer:
     @staticmethod
     def _frames(samples: int, available: int) -> int:
         """Encoder frames that hold the window's audio (openai/whisper: num_frames // 2)."""
-        return max(1, min(available, samples // HOP_LENGTH_SAMPLES // 2))
+        return max(1, min(available, samples * WHISPER_FRAMES_PER_S // WHISPER_SAMPLE_RATE_HZ))
 
     def _dtw_row(
         self, attention_logits: Any, logits: Any, start_length: int, tokens: list[int], samples: int
@@ -273,7 +278,7 @@ class WordTimer:
             return []
         boundaries = np.pad(np.cumsum([len(group) for group in word_tokens[:-1]]), (1, 0))
         jumps = np.pad(np.diff(token_indices), (1, 0), constant_values=1).astype(bool)
-        jump_times_s = frame_indices[jumps] / ENCODER_FRAMES_PER_S
+        jump_times_s = frame_indices[jumps] / WHISPER_FRAMES_PER_S
         starts_s = jump_times_s[boundaries[:-1]]
         ends_s = jump_times_s[boundaries[1:]]
         # Not strict: `words` ends with the <|endoftext|> word, which has no boundary and is dropped.

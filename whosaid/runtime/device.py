@@ -171,8 +171,11 @@ class ModelRuntime:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is the device running out of memory (torch's CUDA error, or another
-    backend's, recognised by its message): a 5xx worth a retry, never the input's fault."""
+    """Whether `error` is the device running out of memory: a 5xx worth a retry, never the
+    input's fault."""
     import torch
 
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+    if isinstance(error, torch.OutOfMemoryError):  # raised by torch's CUDA caching allocator
+        return True
+    # MPS's allocator and failed CUDA calls ("CUDA error: out of memory") raise no type of their own.
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()

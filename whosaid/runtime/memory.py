@@ -39,6 +39,13 @@ def release_memory(*, collect_cycles: bool = True) -> None:
         torch.cuda.empty_cache()
 
 
+def release_memory_after(duration_s: float) -> None:
+    """`release_memory()` once a request's audio of `duration_s` is done with, when it lasted
+    at least RELEASE_AFTER_AUDIO_S."""
+    if duration_s >= RELEASE_AFTER_AUDIO_S:
+        release_memory()
+
+
 @contextlib.contextmanager
 def memory_released_on_failure() -> Iterator[None]:
     """Around one request: when it raises, the finished frames' locals (its samples, tensors)

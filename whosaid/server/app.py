@@ -46,8 +46,8 @@ def create_app(
     server_settings: Optional[ServerSettings] = None,
 ) -> FastAPI:
     """`engine`: a function that builds the Engine (called once, in a background thread), or the
-    ModelSettings to build it from; None reads them from the environment, falling back to the
-    embedded default model. `server_settings`: None reads them from the environment."""
+    ModelSettings to build it from (`whosaid serve` resolves the embedded default); None reads
+    them from the environment. `server_settings`: None reads them from the environment."""
     settings = server_settings or ServerSettings()
     state = EngineState(_engine_factory(engine))
     limiter = JobLimiter(settings.max_concurrent_jobs, settings.max_queue)
@@ -96,17 +96,14 @@ def create_app(
 
 
 def _runtime_labels(state: EngineState) -> Optional[dict[str, str]]:
-    runtime = state.engine.runtime if state.engine is not None else None
-    return runtime.as_labels() if runtime is not None else None
+    return state.engine.runtime.as_labels() if state.engine is not None else None
 
 
 def _engine_factory(engine: Union[EngineFactory, ModelSettings, None]) -> EngineFactory:
     if isinstance(engine, ModelSettings):
         return lambda: Engine.from_settings(engine)
     if engine is None:
-        from whosaid.cli.model_options import resolve_model_settings
-
-        return lambda: Engine.from_settings(resolve_model_settings())
+        return Engine.from_settings
     return engine
 
 

@@ -116,13 +116,9 @@ class HealthResponse(BaseModel):
 class ReadyResponse(BaseModel):
     status: Literal["ready"] = "ready"
     load_duration_s: Optional[float] = Field(default=None, description="how long loading took")
-    device: Optional[str] = Field(
-        default=None, exclude_if=_is_none, description="where the ASR model runs: cuda:0, cpu"
-    )
-    dtype: Optional[str] = Field(default=None, exclude_if=_is_none, description="float16, float32, ...")
-    attn_implementation: Optional[str] = Field(
-        default=None, exclude_if=_is_none, description="sdpa, eager or flash_attention_2"
-    )
+    device: str = Field(description="where the ASR model runs: cuda:0, cpu")
+    dtype: str = Field(description="float16, float32, ...")
+    attn_implementation: str = Field(description="sdpa, eager or flash_attention_2")
     warnings: Optional[list[str]] = Field(
         default=None,
         exclude_if=_is_none,

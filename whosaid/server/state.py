@@ -60,10 +60,6 @@ class EngineState:
         """The loaded engine, None while loading or after a failure."""
         return self._engine
 
-    @property
-    def failure(self) -> Optional[str]:
-        return self._failure
-
     def require_engine(self) -> Engine:
         """The loaded engine, or the 503 that explains why there is none."""
         if self._engine is not None:

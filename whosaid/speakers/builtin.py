@@ -24,8 +24,8 @@ from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import InferenceError
 from whosaid.results import Diarization
+from whosaid.speaker_hints import SpeakerHints, check_speaker_count, too_many_speakers
 from whosaid.speakers.clustering import DEFAULT_MAX_SPEAKERS, ClusteringOptions, TooFewSpeakers, cluster_speakers
-from whosaid.speakers.hints import SpeakerHints, check_speaker_count, too_many_speakers
 from whosaid.speakers.protocols import SpeakerEmbedder
 from whosaid.speakers.pyannote import diarization_from_output
 

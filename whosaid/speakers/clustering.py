@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.speaker_hints import SpeakerHints
 
 #: Highest speaker count estimated when the request gives no upper bound.
 DEFAULT_MAX_SPEAKERS = 20

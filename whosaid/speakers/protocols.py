@@ -18,13 +18,13 @@ import numpy as np
 
 from whosaid.audio.loading import Audio
 from whosaid.results import Diarization
-from whosaid.speakers.hints import SpeakerHints
+from whosaid.speaker_hints import SpeakerHints
 
 
 class Diarizer(Protocol):
     def diarize(self, audio: Audio, hints: SpeakerHints) -> Diarization:
         """The speaker turns (which may overlap) and their exclusive view, both in order and
-        clipped to the audio. InvalidParametersError (`whosaid.speakers.hints.too_many_speakers`)
+        clipped to the audio. InvalidParametersError (`whosaid.speaker_hints.too_many_speakers`)
         when the hints ask for more speakers than the speech holds."""
         ...
 

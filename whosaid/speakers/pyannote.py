@@ -12,7 +12,7 @@ from whosaid.audio.loading import Audio
 from whosaid.config import ModelSettings
 from whosaid.errors import InferenceError, ModelLoadError
 from whosaid.results import Diarization, SpeakerTurn
-from whosaid.speakers.hints import SpeakerHints, check_speaker_count, too_many_speakers
+from whosaid.speaker_hints import SpeakerHints, check_speaker_count, too_many_speakers
 
 RECOMMENDED_MODEL = "pyannote/speaker-diarization-community-1"
 #: The module whose clustering step refuses more clusters than it has embeddings.

@@ -28,11 +28,7 @@ async def health() -> HealthResponse:
 )
 async def ready(request: Request) -> ReadyResponse:
     state = request.app.state.service.state
-    if not state.ready:
-        raise state.not_ready_error()
-    runtime = state.engine.runtime if state.engine is not None else None
-    if runtime is None:
-        return ReadyResponse(load_duration_s=state.load_duration_s)
+    runtime = state.require_engine().runtime
     return ReadyResponse(
         load_duration_s=state.load_duration_s,
         device=runtime.device,
