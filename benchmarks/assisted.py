@@ -36,7 +36,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from benchmarks.clips import build_clip, sample_samples, word_error_rate
-from benchmarks.environment import REPO_ROOT, describe_machine, load_average, machine_info
+from benchmarks.environment import REPO_ROOT, describe_machine, load_average, result_head, utc_minute
 from benchmarks.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
 
 ASSISTANT_CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache" / "assistants"
@@ -331,14 +331,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     torch.set_num_threads(args.threads)
     model = resolve_model(args.model)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    started = utc_minute()
     assistants = build_assistants(model.transformers_model, args)
     rows = measure(args, model.transformers_model, assistants)
     result = {
-        "benchmark": "assisted",
-        "started": started,
-        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine_info(),
+        **result_head("assisted", started),
         "settings": {
             "model": model.name,
             "clips": args.clips,

@@ -12,6 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -100,6 +101,16 @@ def _git(*args: str) -> Optional[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def utc_minute() -> str:
+    """Now, as result files write their "started" and "finished" times."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def result_head(benchmark: str, started: str) -> dict[str, Any]:
+    """The fields a result file begins with: which benchmark, when it ran, and on what machine."""
+    return {"benchmark": benchmark, "started": started, "finished": utc_minute(), "machine": machine_info()}
 
 
 def machine_info() -> dict[str, Any]:

@@ -40,6 +40,7 @@ from benchmarks.environment import (
     load_average,
     machine_info,
     omp_environment,
+    utc_minute,
 )
 from benchmarks.k6_report import RAMP_METRIC, SCENARIO_ORDER, plot_latency, render_markdown
 from benchmarks.local_server import SERVER_READY_TIMEOUT_S, free_port, start_server, wait_until_ready
@@ -311,7 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     result: dict[str, Any] = {
         "benchmark": "k6",
-        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "finished": utc_minute(),
         "k6_version": k6_version(k6),
         "machine": machine_info(),
         "settings": {

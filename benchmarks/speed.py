@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from benchmarks.clips import Clip, build_clip
-from benchmarks.environment import REPO_ROOT, add_omp_wait_policy_argument, machine_info, usable_cpus
+from benchmarks.environment import REPO_ROOT, add_omp_wait_policy_argument, result_head, usable_cpus, utc_minute
 from benchmarks.report import RESULTS_DIR, SMOKE_RESULTS_DIR, fmt, fmt_load, write_results
 from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, ASSISTED_IMPLEMENTATIONS, Job
 from benchmarks.speed_report import added_mib, headline_ratios, render_markdown, score
@@ -176,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit("faster-whisper needs the CTranslate2 checkpoint of --model: pass --ct2-model DIR")
     clips = {spec: build_clip(spec) for spec in args.clips.split(",") if spec.strip()}
 
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    started = utc_minute()
     rows = []
     jobs = plan_jobs(args, model, clips)
     for spec, clip in clips.items():
@@ -214,10 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 )
 
     result = {
-        "benchmark": "speed",
-        "started": started,
-        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine_info(),
+        **result_head("speed", started),
         "settings": {
             "model": model.name,
             "transformers_model": model.transformers_model,

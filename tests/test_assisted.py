@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.engines import config
 from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
 from tests.support.reference import transcribe_with_generate
 from whosaid.audio.loading import Audio, audio_from_array
-from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError, ModelLoadError
 from whosaid.recognition.recognizer import ASSISTED, BATCHED
 
@@ -37,10 +37,6 @@ def clips(sample_audio: Audio) -> list[Audio]:
         audio_from_array(samples[20 * 16000 : 30 * 16000], 16000),
         audio_from_array(rng.normal(0, 0.1, 3 * 16000), 16000),
     ]
-
-
-def config(**parameters) -> InferenceConfig:
-    return InferenceConfig.from_parameters(parameters)[0]
 
 
 @pytest.mark.parametrize("assistant", ["distil", "seq2seq"])

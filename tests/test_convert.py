@@ -25,6 +25,7 @@ import shutil
 import struct
 import subprocess
 import wave
+from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -227,6 +228,30 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> ClipGetter:
     return get
 
 
+@dataclass(frozen=True)
+class ConvertedPair:
+    """A converted model and the CTranslate2 model it was converted from, both loaded, and a clip."""
+
+    converted_dir: Path
+    converted: Any  # transformers' WhisperForConditionalGeneration
+    original: Any  # faster-whisper's WhisperModel
+    audio: np.ndarray
+
+
+@pytest.fixture
+def pair(
+    name: str,
+    clip: str,
+    converted: ModelDirs,
+    ct2_dirs: ModelDirs,
+    hf_model: Loader,
+    fw_model: Loader,
+    clips: ClipGetter,
+) -> ConvertedPair:
+    """For the tests parametrized by model `name` and `clip`."""
+    return ConvertedPair(converted[name], hf_model(converted[name]), fw_model(ct2_dirs[name]), clips(clip))
+
+
 def _language(model: Any) -> dict[str, str]:
     return {"language": "en"} if model.generation_config.is_multilingual else {}
 
@@ -271,23 +296,15 @@ def test_config_and_generation_config(name: str, converted: ModelDirs) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("clip", CLIPS)
 @pytest.mark.parametrize("name", MODELS)
-def test_same_tokens_as_ctranslate2_on_the_same_features(
-    name: str,
-    clip: str,
-    converted: ModelDirs,
-    ct2_dirs: ModelDirs,
-    hf_model: Loader,
-    fw_model: Loader,
-    clips: ClipGetter,
-) -> None:
+def test_same_tokens_as_ctranslate2_on_the_same_features(pair: ConvertedPair) -> None:
     """Greedy decoding of the converted model equals CTranslate2's, token for token."""
     import ctranslate2
     import torch
     from transformers import WhisperFeatureExtractor
 
-    model = hf_model(converted[name])
-    extractor = WhisperFeatureExtractor.from_pretrained(converted[name])
-    features = extractor(clips(clip), sampling_rate=SAMPLE_RATE_HZ, return_tensors="np")
+    model = pair.converted
+    extractor = WhisperFeatureExtractor.from_pretrained(pair.converted_dir)
+    features = extractor(pair.audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np")
     features = features.input_features  # (1, 80 mel bins, 3000 frames)
     with torch.inference_mode():
         hf_ids = model.generate(torch.from_numpy(features), **_language(model))[0].tolist()
@@ -297,7 +314,7 @@ def test_same_tokens_as_ctranslate2_on_the_same_features(
     if generation.is_multilingual:
         prompt += [generation.lang_to_id["<|en|>"], generation.task_to_id["transcribe"]]
     prompt.append(generation.no_timestamps_token_id)
-    ct2_result = fw_model(ct2_dirs[name]).model.generate(
+    ct2_result = pair.original.model.generate(
         ctranslate2.StorageView.from_array(np.ascontiguousarray(features)),
         [prompt],
         beam_size=1,
@@ -313,23 +330,13 @@ def test_same_tokens_as_ctranslate2_on_the_same_features(
 @pytest.mark.slow
 @pytest.mark.parametrize("clip", CLIPS)
 @pytest.mark.parametrize("name", MODELS)
-def test_same_transcript_as_faster_whisper(
-    name: str,
-    clip: str,
-    converted: ModelDirs,
-    ct2_dirs: ModelDirs,
-    hf_model: Loader,
-    fw_model: Loader,
-    clips: ClipGetter,
-) -> None:
+def test_same_transcript_as_faster_whisper(pair: ConvertedPair) -> None:
     """faster-whisper's transcribe (greedy, no timestamps, no VAD, no fallback, no previous
     text) and the converted model fed the same log-mel give the same text."""
     import torch
     from faster_whisper.audio import pad_or_trim
 
-    model = hf_model(converted[name])
-    whisper = fw_model(ct2_dirs[name])
-    audio = clips(clip)
+    model, whisper, audio = pair.converted, pair.original, pair.audio
     segments, _ = whisper.transcribe(
         audio,
         language="en",

@@ -14,19 +14,13 @@ import dataclasses
 
 import pytest
 
-from whosaid.config import InferenceConfig
+from tests.support.engines import RATE, config
 from whosaid.recognition.logits_rules import DecodingOptions
-
-RATE = 16_000
-
-
-def config(**parameters) -> InferenceConfig:
-    return InferenceConfig.from_parameters(parameters)[0]
 
 
 @pytest.fixture(scope="module")
-def tiny_en(converted_model, make_engine):
-    return make_engine(converted_model("whisper-tiny.en")).recognizer
+def tiny_en(tiny_en_engine):
+    return tiny_en_engine.recognizer
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +29,9 @@ def base(converted_model, make_engine):
 
 
 @pytest.fixture(scope="module")
-def random_multilingual(tiny_whisper, make_engine):
-    # The random model tests/test_speed.py uses: built once per session.
-    return make_engine(tiny_whisper("speed-main", seed=5)).recognizer
+def random_multilingual(tiny_engine):
+    # The random model the greedy decoding tests use: built once per session.
+    return tiny_engine.recognizer
 
 
 def three_paths(recognizer, samples, options: DecodingOptions, previous=()):

@@ -249,17 +249,10 @@ def voices_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(converted_model, voices_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    from tests.support.server import server_process
+    from tests.support.server import cpu_server, tiny_en_with_builtin_diarizer
 
-    env = {
-        "ASR_MODEL": str(converted_model("whisper-tiny.en")),
-        "DIARIZATION_MODEL": "builtin",
-        "VOICES_DIR": str(voices_dir),
-        "API_KEY": API_KEY,
-        "DEVICE": "cpu",
-    }
-    log = tmp_path_factory.mktemp("known-speakers-server") / "server.log"
-    with server_process(env, log, unset=("ASSISTANT_MODEL", "HF_TOKEN")) as url:
+    env = {**tiny_en_with_builtin_diarizer(converted_model, API_KEY), "VOICES_DIR": str(voices_dir)}
+    with cpu_server(tmp_path_factory, "known-speakers-server", env, unset=("ASSISTANT_MODEL", "HF_TOKEN")) as url:
         yield url
 
 

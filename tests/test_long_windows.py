@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.engines import config
 from tests.support.looping_whisper import build_looping_whisper
 from tests.support.server import threaded_server
 from tests.support.tiny_whisper import build_random_whisper
 from whosaid.audio.loading import Audio, audio_from_array
-from whosaid.config import InferenceConfig
 from whosaid.errors import InferenceError
 from whosaid.recognition.greedy import FallbackOptions, complete_segments
 from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens
@@ -29,10 +29,6 @@ SMALL_WINDOWS = {"language": "en", "chunk_length_s": 10, "batch_size": 1}
 #: Far longer than the half of the context a prompt may take (31 tokens here).
 LONGEST_PROMPT = " ".join(["Diane from New Jersey and Sheila from Chicago"] * 12)
 PROMPTS = {"no_prompt": {}, "longest_prompt": {"initial_prompt": LONGEST_PROMPT, "hotwords": "Yankee, Texas"}}
-
-
-def config(**parameters) -> InferenceConfig:
-    return InferenceConfig.from_parameters(parameters)[0]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ transcribed by whisper-base) with overlapping turns and their exclusive view, as
 overlap-aware diarizer does. Through a real server on loopback and the real remote client:
 RTTM and POST /'s `turns` hold the overlapping turns exactly; diarized_json, its streamed
 segments and verbose_json give every word once, in order, to the speaker the exclusive view says.
-Also: pyannote's own DiarizeOutput, whose two annotations differ, maps onto a Diarization."""
+tests/test_speaker_timelines.py has how pyannote's output becomes a Diarization."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Iterator, Sequence
 
 import pytest
 import requests
-from pyannote.core import Annotation, Segment
 
 from benchmarks.wer import normalise_text
 from tests.support.conversation import MEETING_SCRIPT, Conversation, build_conversation, espeak_available
@@ -29,7 +28,6 @@ from whosaid.server.app import create_app
 from whosaid.server.settings import ServerSettings
 from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.attribution import assign_speakers
-from whosaid.speakers.pyannote import diarization_from_output
 
 PARAMETERS = {"language": "en"}
 
@@ -204,66 +202,3 @@ def test_the_inference_endpoints_response_lists_the_turns(
     ]
     assert [s["speaker"] for s in body["speakers"]] == [s.speaker for s in transcript.speakers]
 
-
-def annotation(*tracks: tuple[float, float, str]) -> Annotation:
-    result = Annotation(uri="call")
-    for start_s, end_s, label in tracks:
-        result[Segment(start_s, end_s)] = label
-    return result
-
-
-def test_pyannote_output_maps_both_annotations() -> None:
-    """pyannote 4's DiarizeOutput: the speaker diarization keeps the overlap, the exclusive one
-    gives it to one speaker; both come out sorted and clipped to the audio."""
-    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
-
-    output = DiarizeOutput(
-        speaker_diarization=annotation((0.0, 4.0, "SPEAKER_00"), (3.0, 5.5, "SPEAKER_01"), (5.8, 7.5, "SPEAKER_00")),
-        exclusive_speaker_diarization=annotation(
-            (0.0, 3.0, "SPEAKER_00"), (3.0, 5.5, "SPEAKER_01"), (5.8, 7.5, "SPEAKER_00")
-        ),
-    )
-    diarization = diarization_from_output(output, duration_s=7.0)
-    assert diarization.turns == (
-        SpeakerTurn(0.0, 4.0, "SPEAKER_00"),
-        SpeakerTurn(3.0, 5.5, "SPEAKER_01"),
-        SpeakerTurn(5.8, 7.0, "SPEAKER_00"),
-    )
-    assert diarization.exclusive_turns == (
-        SpeakerTurn(0.0, 3.0, "SPEAKER_00"),
-        SpeakerTurn(3.0, 5.5, "SPEAKER_01"),
-        SpeakerTurn(5.8, 7.0, "SPEAKER_00"),
-    )
-    # A pyannote 3.x pipeline (or legacy: true) returns one Annotation: it serves as both.
-    legacy = diarization_from_output(output.speaker_diarization, duration_s=7.0)
-    assert legacy.turns == legacy.exclusive_turns == diarization.turns
-
-
-@pytest.mark.slow
-def test_a_real_pyannote_pipeline_output_maps_as_pyannote_serialises_it(
-    random_diarizer_dir: Path, sample_audio
-) -> None:
-    """pyannote's own SpeakerDiarization (random weights, real code) on the 30 s sample: both of
-    its annotations come out as pyannote's DiarizeOutput.serialize lists them."""
-    import torch
-    from pyannote.audio import Pipeline
-
-    pipeline = Pipeline.from_pretrained(random_diarizer_dir)
-    waveform = torch.from_numpy(sample_audio.samples).unsqueeze(0)
-    output = pipeline({"waveform": waveform, "sample_rate": 16_000})
-    diarization = diarization_from_output(output, sample_audio.duration_s)
-    assert diarization.turns and diarization.exclusive_turns
-    serialised = output.serialize()
-
-    def as_listed(turns: Sequence[SpeakerTurn]) -> list[dict]:
-        return [turn.to_dict() for turn in turns]
-
-    def pyannote_listed(entries: list[dict]) -> list[dict]:
-        clipped = [{**e, "end": min(e["end"], round(sample_audio.duration_s, 3))} for e in entries]
-        return sorted(
-            ({"speaker": e["speaker"], "start": e["start"], "end": e["end"]} for e in clipped if e["end"] > e["start"]),
-            key=lambda e: (e["start"], e["end"]),
-        )
-
-    assert as_listed(diarization.turns) == pyannote_listed(serialised["diarization"])
-    assert as_listed(diarization.exclusive_turns) == pyannote_listed(serialised["exclusive_diarization"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.engines import config
 from whosaid.audio.loading import Audio, audio_from_array, load_audio_file
 from whosaid.config import MAX_PROMPT_CHARS, InferenceConfig
 from whosaid.errors import InvalidParametersError
@@ -24,10 +25,6 @@ GERMAN = (
     "Die Besprechung beginnt um zehn Uhr."
 )
 PAUSE_S = 1.5
-
-
-def config(**parameters) -> InferenceConfig:
-    return InferenceConfig.from_parameters(parameters)[0]
 
 
 def speak(text: str, voice: str, folder: Path) -> np.ndarray:

@@ -135,6 +135,16 @@ def assert_consistent(output: DiarizeOutput) -> None:
     assert output.speaker_embeddings.shape == (len(labels), EMBEDDING_DIMENSION)
 
 
+def diarize_sample(
+    pipeline: SpeakerDiarization, sample_waveform: torch.Tensor, **hints: int
+) -> DiarizeOutput:
+    """The pipeline's output on the sample, given these speaker hints, checked for what
+    DiarizeOutput promises."""
+    output = pipeline({"waveform": sample_waveform, "sample_rate": SAMPLE_RATE_HZ}, **hints)
+    assert_consistent(output)
+    return output
+
+
 def test_builder_writes_community1_layout(pipeline_dir: Path) -> None:
     assert sorted(
         str(path.relative_to(pipeline_dir))
@@ -196,10 +206,7 @@ def test_num_speakers_two_gives_two_speakers(
 ) -> None:
     # VBx re-clusters with KMeans to exactly num_speakers clusters; that each cluster also
     # wins some frames (and so becomes a label) is this seed's doing, not a pyannote promise.
-    output = pipeline(
-        {"waveform": sample_waveform, "sample_rate": SAMPLE_RATE_HZ}, num_speakers=2
-    )
-    assert_consistent(output)
+    output = diarize_sample(pipeline, sample_waveform, num_speakers=2)
     assert output.speaker_diarization.labels() == ["SPEAKER_00", "SPEAKER_01"]
 
 
@@ -208,10 +215,7 @@ def test_max_speakers_is_a_hard_bound(
     pipeline: SpeakerDiarization, sample_waveform: torch.Tensor
 ) -> None:
     # Clusters are capped at max_speakers and so is the per-frame speaker count.
-    output = pipeline(
-        {"waveform": sample_waveform, "sample_rate": SAMPLE_RATE_HZ}, max_speakers=1
-    )
-    assert_consistent(output)
+    output = diarize_sample(pipeline, sample_waveform, max_speakers=1)
     assert output.speaker_diarization.labels() == ["SPEAKER_00"]
     assert not output.speaker_diarization.get_overlap()
 
@@ -224,12 +228,7 @@ def test_min_speakers_is_a_soft_bound(
     # (speaker_diarization.py, "is outside the given bounds").
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        output = pipeline(
-            {"waveform": sample_waveform, "sample_rate": SAMPLE_RATE_HZ},
-            min_speakers=3,
-            max_speakers=4,
-        )
-    assert_consistent(output)
+        output = diarize_sample(pipeline, sample_waveform, min_speakers=3, max_speakers=4)
     num_speakers = len(output.speaker_diarization.labels())
     assert num_speakers <= 4
     warned = any("outside" in str(warning.message) for warning in caught)

@@ -24,7 +24,7 @@ from openai.types.audio import (
 )
 
 from tests.support.audio_files import encode
-from tests.support.server import server_process
+from tests.support.server import cpu_server
 from whosaid.audio.loading import load_audio
 from whosaid.formats import DiarizedTranscription, JsonTranscription, VerboseTranscription
 from whosaid.server.errors import ErrorResponse
@@ -43,12 +43,11 @@ def server(tiny_whisper, random_diarizer_dir: Path, tmp_path_factory: pytest.Tem
     env = {
         "ASR_MODEL": str(tiny_whisper("server-main", seed=5)),
         "DIARIZATION_MODEL": str(random_diarizer_dir),
-        "DEVICE": "cpu",
         "API_KEY": API_KEY,
         "MAX_UPLOAD_MB": str(MAX_UPLOAD_MB),
         "MAX_QUEUE": "4",
     }
-    with server_process(env, tmp_path_factory.mktemp("server") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "server", env) as url:
         yield url
 
 

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from tests.support.server import server_process
+from tests.support.server import cpu_server
 
 pytestmark = pytest.mark.slow
 
@@ -19,8 +19,7 @@ MODEL_VARIABLES = ("ASR_MODEL", "ASSISTANT_MODEL", "DIARIZATION_MODEL", "HF_TOKE
 @pytest.fixture(scope="module")
 def server(converted_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     converted_model("whisper-base")  # the embedded default must exist, as `make serve` ensures
-    log = tmp_path_factory.mktemp("server-default") / "server.log"
-    with server_process({"DEVICE": "cpu"}, log, unset=MODEL_VARIABLES) as url:
+    with cpu_server(tmp_path_factory, "server-default", {}, unset=MODEL_VARIABLES) as url:
         yield url
 
 

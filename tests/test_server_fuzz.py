@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.support.audio_bombs import BOMBS
 from tests.support.audio_files import FORMATS, encode
-from tests.support.server import server_process
+from tests.support.server import cpu_server
 from whosaid.formats import JsonTranscription, VerboseTranscription, output_format
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.schemas import TranscriptResponse
@@ -65,11 +65,10 @@ PARAMETERS = st.dictionaries(st.sampled_from(PARAMETER_NAMES) | st.text(max_size
 def server(tiny_whisper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {
         "ASR_MODEL": str(tiny_whisper("fuzz-main", seed=11)),
-        "DEVICE": "cpu",
         "MAX_UPLOAD_MB": str(MAX_UPLOAD_MB),
         "MAX_AUDIO_DURATION_S": str(MAX_AUDIO_DURATION_S),
     }
-    with server_process(env, tmp_path_factory.mktemp("fuzz") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "fuzz", env) as url:
         yield url
     print(f"\nfuzz outcomes over {sum(OUTCOMES.values())} cases: {dict(sorted(OUTCOMES.items()))}")
 

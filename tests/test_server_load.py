@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.support.audio_files import encode
-from tests.support.server import server_process
+from tests.support.server import cpu_server
 
 MAX_CONCURRENT_JOBS = 1
 MAX_QUEUE = 2
@@ -30,12 +30,11 @@ HEALTH_INTERVAL_S = 0.02
 def server(tiny_whisper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {
         "ASR_MODEL": str(tiny_whisper("server-load", seed=7)),
-        "DEVICE": "cpu",
         "MAX_CONCURRENT_JOBS": str(MAX_CONCURRENT_JOBS),
         "MAX_QUEUE": str(MAX_QUEUE),
         "API_KEY": "",
     }
-    with server_process(env, tmp_path_factory.mktemp("server-load") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "server-load", env) as url:
         yield url
 
 

@@ -13,7 +13,7 @@ import requests
 from openai import OpenAI
 
 from tests.support.audio_files import encode
-from tests.support.server import server_process
+from tests.support.server import cpu_server
 from tests.support.threads import torch_threads
 from whosaid.config import get_model_settings
 
@@ -27,8 +27,7 @@ def tiny_en(converted_model) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_en: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {"ASR_MODEL": str(tiny_en), "DEVICE": "cpu", "API_KEY": ""}
-    with server_process(env, tmp_path_factory.mktemp("server-real") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "server-real", {"ASR_MODEL": str(tiny_en), "API_KEY": ""}) as url:
         yield url
 
 

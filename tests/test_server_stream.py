@@ -15,7 +15,7 @@ import requests
 from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
 
 from tests.support.audio_files import encode
-from tests.support.server import server_process, threaded_server, wait_until
+from tests.support.server import cpu_server, threaded_server, tiny_en_with_builtin_diarizer, wait_until
 from whosaid.audio.loading import load_audio_file
 from whosaid.audio.vad import SpeechWindow, VoiceActivityDetector
 from whosaid.recognition.recognizer import window_batches
@@ -40,13 +40,7 @@ def metric(url: str, name: str) -> float:
 
 @pytest.fixture(scope="module")
 def server(converted_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {
-        "ASR_MODEL": str(converted_model("whisper-tiny.en")),
-        "DIARIZATION_MODEL": "builtin",
-        "DEVICE": "cpu",
-        "API_KEY": API_KEY,
-    }
-    with server_process(env, tmp_path_factory.mktemp("server-stream") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "server-stream", tiny_en_with_builtin_diarizer(converted_model, API_KEY)) as url:
         yield url
 
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.support.browser import Page, chromium
-from tests.support.server import server_process
+from tests.support.server import cpu_server, tiny_en_with_builtin_diarizer
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +26,7 @@ SCREENSHOT_VARIABLE = "WHOSAID_UI_SCREENSHOT"
 
 @pytest.fixture(scope="module")
 def server(converted_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {
-        "ASR_MODEL": str(converted_model("whisper-tiny.en")),
-        "DIARIZATION_MODEL": "builtin",
-        "DEVICE": "cpu",
-        "API_KEY": API_KEY,
-    }
-    with server_process(env, tmp_path_factory.mktemp("server-ui") / "server.log") as url:
+    with cpu_server(tmp_path_factory, "server-ui", tiny_en_with_builtin_diarizer(converted_model, API_KEY)) as url:
         yield url
 
 

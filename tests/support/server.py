@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import requests
 
@@ -56,6 +56,19 @@ def server_process(
     variables of this process's environment the server must not see."""
     with server_subprocess(env, log_path, wait_ready=wait_ready, unset=unset) as (url, _):
         yield url
+
+
+@contextlib.contextmanager
+def cpu_server(tmp_path_factory: Any, name: str, env: Mapping[str, str], *, unset: Sequence[str] = ()) -> Iterator[str]:
+    """`server_process` on the CPU with these variables, its log in a fresh temporary folder
+    `name` (from pytest's `tmp_path_factory`); yields its base URL."""
+    with server_process({"DEVICE": "cpu", **env}, tmp_path_factory.mktemp(name) / "server.log", unset=unset) as url:
+        yield url
+
+
+def tiny_en_with_builtin_diarizer(converted_model: Callable[[str], Path], api_key: str) -> dict[str, str]:
+    """A server's variables: whisper-tiny.en's real weights, the built-in diarizer, an API key."""
+    return {"ASR_MODEL": str(converted_model("whisper-tiny.en")), "DIARIZATION_MODEL": "builtin", "API_KEY": api_key}
 
 
 @contextlib.contextmanager

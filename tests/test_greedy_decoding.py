@@ -1,0 +1,208 @@
+"""Whisper decoding keeps transformers' transcript: the lean greedy loop picks generate's tokens
+on one window or a batch and on any thread count, teacher-forced scoring gives the loop's
+measures, a repeating row stops early, segments are cut at timestamps, and the fallback is
+generate's beam search."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.support.engines import RATE, config, cut
+from tests.support.fallback import ALWAYS_FALL_BACK, NEVER_FALL_BACK, with_fallback
+from tests.support.reference import transcribe_with_generate
+from tests.support.threads import torch_threads
+from whosaid.audio.loading import audio_from_array
+from whosaid.audio.vad import SpeechWindow
+from whosaid.recognition.greedy import (
+    FallbackOptions,
+    GreedyWhisperDecoder,
+    compression_ratio,
+    needs_fallback,
+    split_segments,
+)
+from whosaid.recognition.recognizer import BATCHED
+
+
+def reference_tokens(recognizer, features, **kwargs) -> list[list[int]]:
+    """transformers' own Whisper generate, one call per window, prompt and end-of-text cut off."""
+    import torch
+
+    language = {"language": "en", "task": "transcribe"} if recognizer.is_multilingual else {}
+    with torch.inference_mode():
+        output = recognizer.model.generate(
+            features,
+            return_timestamps=True,
+            return_dict_in_generate=True,
+            force_unique_generate_call=True,
+            **language,
+            **kwargs,
+        )
+    prompt_length = len(recognizer.decoder.prompt("en" if recognizer.is_multilingual else None, "transcribe"))
+    eos = recognizer.decoder.eos_token_id
+    tokens = []
+    for sequence in output.sequences.tolist():
+        generated = sequence[prompt_length:]
+        tokens.append(generated[: generated.index(eos)] if eos in generated else generated)
+    return tokens
+
+
+def greedy(recognizer, windows: list[np.ndarray]):
+    import torch
+
+    features = recognizer.features(windows)
+    language = "en" if recognizer.is_multilingual else None
+    with torch.inference_mode():
+        states = recognizer.model.get_encoder()(features).last_hidden_state
+        return features, states, recognizer.decoder.decode(states, recognizer.decoder.prompt(language, "transcribe"))
+
+
+def test_greedy_loop_picks_generates_tokens_random_model(tiny_engine, sample_audio) -> None:
+    recognizer = tiny_engine.recognizer
+    rng = np.random.default_rng(1)
+    for window in (sample_audio.samples[7 * RATE : 15 * RATE], rng.normal(0, 0.1, 3 * RATE).astype(np.float32)):
+        features, _, (result,) = greedy(recognizer, [window])
+        assert list(result.tokens) == reference_tokens(recognizer, features)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_one_window_picks_generates_tokens_on_any_thread_count(tiny_engine, sample_audio, threads) -> None:
+    """One row's products are cut into one block of rows per thread: 3 threads leave a
+    remainder of the 51865-word projection (and of every layer), 1 thread takes the plain path."""
+    recognizer = tiny_engine.recognizer
+    with torch_threads(threads):
+        features, _, (result,) = greedy(recognizer, [sample_audio.samples[7 * RATE : 15 * RATE]])
+    assert list(result.tokens) == reference_tokens(recognizer, features)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 16])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_bias) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from whosaid.recognition.decoder_step import affine
+
+    generator = torch.Generator().manual_seed(threads)
+    weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
+    bias = torch.randn(1001, generator=generator) if with_bias else None
+    hidden = torch.randn(1, 1, 64, generator=generator)
+    with torch_threads(threads):
+        output = affine(weight, bias, hidden)
+    assert output.shape == (1, 1, 1001)
+    torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_greedy_loop_picks_generates_tokens_real_model(tiny_en_engine, sample_audio) -> None:
+    recognizer = tiny_en_engine.recognizer
+    for start_s, end_s in ((6.5, 30.0), (6.5, 9.0), (14.0, 22.0)):
+        features, _, (result,) = greedy(recognizer, [sample_audio.samples[int(start_s * RATE) : int(end_s * RATE)]])
+        expected = reference_tokens(recognizer, features)[0]
+        assert list(result.tokens) == expected
+        assert sum(token >= recognizer.decoder.timestamp_begin for token in expected) >= 2
+
+
+@pytest.mark.slow
+def test_rows_leaving_the_batch_keep_their_tokens(tiny_en_engine, sample_audio) -> None:
+    """Windows of different lengths end at different steps; the finished rows leave the batch.
+    Every row still gets the tokens it gets alone."""
+    recognizer = tiny_en_engine.recognizer
+    spans = ((6.5, 9.0), (6.5, 30.0), (14.0, 22.0), (21.7, 24.0))
+    windows = [sample_audio.samples[int(start * RATE) : int(end * RATE)] for start, end in spans]
+    _, _, batched = greedy(recognizer, windows)
+    lengths = {len(result.tokens) for result in batched}
+    assert len(lengths) == len(spans), "the rows must end at different steps"
+    for window, result in zip(windows, batched, strict=True):
+        _, _, (alone,) = greedy(recognizer, [window])
+        assert result.tokens == alone.tokens
+        assert result.avg_logprob == pytest.approx(alone.avg_logprob, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_scoring_tokens_decoded_elsewhere_gives_the_loops_measures(tiny_en_engine, sample_audio) -> None:
+    """Speculative decoding's tokens are measured by one teacher-forced pass (`score`): the same
+    log-probability and no-speech probability the loop reports."""
+    recognizer = tiny_en_engine.recognizer
+    _, states, (result,) = greedy(recognizer, [sample_audio.samples[int(6.5 * RATE) : 22 * RATE]])
+    import torch
+
+    with torch.inference_mode():
+        scored = recognizer.decoder.score(states, recognizer.decoder.prompt(None, "transcribe"), result.tokens)
+    assert scored.tokens == result.tokens
+    assert scored.avg_logprob == pytest.approx(result.avg_logprob, abs=1e-4)
+    assert scored.no_speech_prob == pytest.approx(result.no_speech_prob, abs=1e-5)
+    assert -1.0 < result.avg_logprob < 0 and result.no_speech_prob < 0.1
+
+
+def test_a_repeating_row_stops_early_and_falls_back(tiny_engine, sample_audio) -> None:
+    import torch
+
+    recognizer = tiny_engine.recognizer
+    fallback = FallbackOptions(repetition_check_from=40, repetition_check_every=8)
+    decoder = GreedyWhisperDecoder(recognizer.model, fallback)
+    # the tiny model's own cap (24 tokens) would end it first
+    decoder.generation_config = copy.deepcopy(decoder.generation_config)
+    decoder.generation_config.max_length = 200
+    features = recognizer.features([sample_audio.samples[7 * RATE : 15 * RATE]])
+    with torch.inference_mode():
+        states = recognizer.model.get_encoder()(features).last_hidden_state
+        (result,) = decoder.decode(states, decoder.prompt("en", "transcribe"), is_repeating=lambda tokens: True)
+    if result.gave_up:
+        assert len(result.tokens) == fallback.repetition_check_from
+        assert needs_fallback(result, "any text", fallback)
+    else:  # the random model said end-of-text first
+        assert len(result.tokens) < fallback.repetition_check_from
+
+def test_compression_ratio_flags_repetition() -> None:
+    assert compression_ratio("") == 0.0
+    assert compression_ratio(" I don't know what you mean." * 20) > 2.4
+    assert compression_ratio(" Hello, this is Diane in New Jersey, and I'm Sheila in Texas.") < 2.4
+    assert FallbackOptions().compression_ratio_threshold == 2.4  # openai/whisper's
+
+
+def test_segments_are_cut_at_timestamps() -> None:
+    begin = 100
+    tokens = [begin, 1, 2, begin + 50, begin + 50, 3, begin + 120, begin + 130, 4, 5]
+    assert split_segments(tokens, begin) == [
+        (0.0, 1.0, [1, 2]),
+        (1.0, 2.4, [3]),
+        (2.6, None, [4, 5]),  # no closing timestamp: the window's end
+    ]
+    assert split_segments([7, 8], begin) == [(None, None, [7, 8])]
+    assert split_segments([begin, begin + 10], begin) == []
+
+
+# ------------------------------------------------------------------------------ fallback
+
+
+@pytest.mark.parametrize("num_beams", [5, 2])
+def test_fallback_gives_generates_beam_search(tiny_engine, sample_audio, num_beams) -> None:
+    engine = with_fallback(tiny_engine, dataclasses.replace(ALWAYS_FALL_BACK, num_beams=num_beams))
+    recognizer = engine.recognizer
+    audio = cut(sample_audio, 0, 22)
+    transcript = engine.transcribe(audio, config(batch_size=4, language="en"))
+    (window,) = recognizer.vad.windows(audio.samples, 30.0)
+    features = recognizer.features([window.samples(audio.samples)])
+    (beam,) = reference_tokens(recognizer, features, num_beams=num_beams)
+    assert transcript.chunks == _clean(recognizer, window, beam, audio.duration_s)
+
+
+def test_without_fallback_the_batched_path_is_greedy_generate(tiny_engine, sample_audio) -> None:
+    engine = with_fallback(tiny_engine, NEVER_FALL_BACK)
+    audio = audio_from_array(np.concatenate([sample_audio.samples, sample_audio.samples[: 15 * RATE]]), RATE)
+    transcript = engine.transcribe(audio, config(batch_size=8, language="en"))
+    reference = transcribe_with_generate(engine.recognizer, audio, {"language": "en", "task": "transcribe"})
+    assert transcript.decoding == BATCHED
+    assert transcript.chunks == reference and len(reference) >= 2
+
+
+def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: float):
+    from whosaid.recognition.segments import Span, clean_chunks
+
+    spans = [Span(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
+    return clean_chunks(spans, duration_s)
+
