@@ -19,7 +19,7 @@ This step does the same arithmetic, in the same order, on the same weights:
 The measurements behind both are in benchmarks/README.md ("Numbers behind the code's choices").
 
 Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
-ones transformers' decoder picks (tests/test_speed.py compares with `generate`); values differ
+ones transformers' decoder picks (tests/test_greedy_decoding.py compares with `generate`); values differ
 by float rounding only.
 """
 
