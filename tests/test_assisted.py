@@ -14,6 +14,10 @@ from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.errors import InvalidParametersError, ModelLoadError
 from whosaid.recognition.recognizer import ASSISTED, BATCHED
 
+# Slow (whole assisted and batched decodings compared, on several assistants): `make test-fast`
+# leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def models(tiny_whisper):

@@ -140,10 +140,10 @@ def test_paths_agree_under_every_option_whisper_tiny_en(tiny_en, sample_audio) -
 
 @pytest.mark.slow
 def test_paths_agree_under_every_option_whisper_base(base, sample_audio) -> None:
+    """A multilingual checkpoint: the option variants are whisper-tiny.en's and the random model's;
+    here each language and task prompt, the same in every path."""
     samples = sample_audio.samples[int(6.5 * RATE) : 17 * RATE]
-    check_every_variant(base, samples, base.decoding_options(config(language="en")))
-    # Another language and the other task: the prompt's tokens, the same in every path.
-    for parameters in ({"language": "fr"}, {"language": "de", "task": "translate"}):
+    for parameters in ({"language": "en"}, {"language": "fr"}, {"language": "de", "task": "translate"}):
         assert_paths_agree(*three_paths(base, samples, base.decoding_options(config(**parameters))))
 
 

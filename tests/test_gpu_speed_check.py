@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (the GPU script run as a process): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

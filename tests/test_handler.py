@@ -87,6 +87,7 @@ def test_response_has_the_original_handlers_shape_and_every_chunk_once(handler, 
     assert starts == sorted(starts)
 
 
+@pytest.mark.slow  # whole diarized transcriptions of the sample, several times
 def test_bytes_inputs_as_the_asr_task_hands_them(handler, sample_bytes) -> None:
     from_bytes = handler({"inputs": sample_bytes, "parameters": {"language": "en"}})
     from_base64_bytes = handler({"inputs": base64.b64encode(sample_bytes), "parameters": {"language": "en"}})
@@ -94,6 +95,7 @@ def test_bytes_inputs_as_the_asr_task_hands_them(handler, sample_bytes) -> None:
     assert from_bytes == from_base64_bytes == from_text
 
 
+@pytest.mark.slow  # whole diarized transcriptions of the sample, several times
 def test_speaker_counts_reach_pyannote(handler, sample_audio) -> None:
     engine = handler.engine
     two = engine.run(sample_audio.samples, {"num_speakers": 2})
@@ -104,6 +106,7 @@ def test_speaker_counts_reach_pyannote(handler, sample_audio) -> None:
     assert 1 <= len({turn.speaker for turn in bounded.turns}) <= 2
 
 
+@pytest.mark.slow  # whole diarized transcriptions of the sample, several times
 def test_non_16k_audio_gives_speakers_on_the_audio_time_scale(handler, sample_audio) -> None:
     """The original handler told pyannote 16 kHz whatever the file's rate: a 44.1 kHz file came out with
     speaker times stretched by 2.76. Audio is decoded to 16 kHz once and pyannote gets that."""

@@ -22,6 +22,9 @@ from whosaid.errors import InferenceError
 from whosaid.recognition.greedy import FallbackOptions, complete_segments
 from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens
 
+# Slow (decodings run until they fill the model's positions): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 POSITIONS = 64
 #: Windows of at most 10 s, one batch each: pyannote's sample makes four windows, its first
 #: 17.5 s two (6.6-7.4 s and 7.4-17.3 s).

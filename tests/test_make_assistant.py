@@ -20,6 +20,9 @@ from whosaid.config import InferenceConfig, ModelSettings
 from whosaid.errors import InvalidParametersError
 from whosaid.recognition.recognizer import ASSISTED, BATCHED
 
+# Slow (assistants built and tuned): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 
 def write_wav(path: Path, samples: np.ndarray, sample_rate_hz: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

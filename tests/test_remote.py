@@ -20,6 +20,9 @@ from tests.support.audio_files import encode
 from tests.support.server import server_subprocesses, wait_until
 from whosaid.cli.main import main
 
+# Slow (real server processes, killed and replaced): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 FILES = 8
 #: A request Uvicorn's access log recorded as answered with `status`.
 ANSWERED = r'"POST / HTTP/1\.1" {status}'

@@ -26,6 +26,9 @@ from whosaid.audio.loading import load_audio
 from whosaid.errors import AudioTooLongError
 from whosaid.server.errors import ErrorResponse
 
+# Slow (a real server process and hours of generated audio): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 LIMIT_S = 30.0
 BOMB_S = 600.0  # ten minutes: twenty times the limit
 MAX_GROWTH_MB = 100.0

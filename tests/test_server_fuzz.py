@@ -29,6 +29,9 @@ from whosaid.formats import JsonTranscription, VerboseTranscription, output_form
 from whosaid.server.errors import ErrorResponse
 from whosaid.server.schemas import TranscriptResponse
 
+# Slow (many requests against a real server): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 MAX_UPLOAD_MB = 1
 CLIP_S = 1.5
 MAX_AUDIO_DURATION_S = 10

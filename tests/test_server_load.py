@@ -18,6 +18,9 @@ import requests
 from tests.support.audio_files import encode
 from tests.support.server import cpu_server
 
+# Slow (a real server process under load): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 MAX_CONCURRENT_JOBS = 1
 MAX_QUEUE = 2
 CLIENTS = 10  # more than the 3 slot and queue places

@@ -10,11 +10,15 @@ import signal
 import time
 
 import numpy as np
+import pytest
 import requests
 
 from tests.support.audio_files import encode
 from tests.support.server import server_subprocess, wait_until
 from whosaid.server.errors import ErrorResponse
+
+# Slow (real server processes started and signalled): `make test-fast` leaves them to the full suite.
+pytestmark = pytest.mark.slow
 
 GRACE_S = 6.0
 #: Interpreter and torch teardown after Uvicorn has stopped, on a busy two-core machine.
