@@ -6,8 +6,10 @@
     (whosaid.speakers.clustering)
     -> pyannote's reconstruction: per frame, the `count` most active speakers.
 
-Segmentation, the per-frame speaker count and the reconstruction are pyannote.audio's own code
-(`Inference`, `SpeakerDiarizationMixin`, `SpeakerDiarization.reconstruct`), so the result is
+Segmentation runs segmentation-3.0's own modules on pyannote's chunks, with the first
+convolution shared between overlapping chunks (whosaid.speakers.segmentation: the same output as
+pyannote's `Inference`); the per-frame speaker count and the reconstruction are pyannote.audio's
+own code (`SpeakerDiarizationMixin`, `SpeakerDiarization.reconstruct`), so the result is
 overlap-aware like pyannote's pipelines: `turns` may hold two speakers at once, and
 `exclusive_turns` keeps the most active one, the view words are attributed on.
 Choose it with DIARIZATION_MODEL=builtin.
@@ -28,6 +30,7 @@ from whosaid.speaker_hints import SpeakerHints, check_speaker_count, too_many_sp
 from whosaid.speakers.clustering import DEFAULT_MAX_SPEAKERS, ClusteringOptions, TooFewSpeakers, cluster_speakers
 from whosaid.speakers.protocols import SpeakerEmbedder
 from whosaid.speakers.pyannote import diarization_from_output
+from whosaid.speakers.segmentation import ChunkSegmentation
 
 __all__ = ["BuiltinDiarizer", "BuiltinDiarizerOptions", "ChunkEmbeddings"]
 
@@ -37,8 +40,11 @@ class BuiltinDiarizerOptions:
     # Chunks of the segmentation model's 10 s start this far apart. pyannote's default, 1 s, costs
     # ten segmentations and up to thirty embeddings per second of audio; every instant is still
     # seen by four chunks at 2.5 s. The model's cost per chunk is fixed, so the step sets the
-    # segmentation's cost (benchmarks/README.md has the measured trade-off).
+    # segmentation's cost (benchmarks/README.md has the measured trade-off). A step of a whole
+    # number of 10-sample strides lets chunks share the first convolution (speakers/segmentation.py).
     segmentation_step_s: float = 2.5
+    # Chunks per segmentation batch: not more, segmentation-3.0's LSTM runs several times slower
+    # per chunk in larger batches on 2 threads (oneDNN; benchmarks/README.md).
     segmentation_batch_size: int = 16
     embedding_batch_size: int = 16
     # A local speaker is embedded when it speaks at least this long in its chunk, alone where
@@ -80,18 +86,12 @@ class BuiltinDiarizer:
         embedding: SpeakerEmbedder,
         options: BuiltinDiarizerOptions = BuiltinDiarizerOptions(),
     ) -> None:
-        from pyannote.audio import Inference
-
         self.options = options
         self.embedding = embedding
         self.segmentation_model = segmentation_model
         self.chunk_s = float(segmentation_model.specifications.duration)
-        self._segmentation = Inference(
-            segmentation_model,
-            duration=self.chunk_s,
-            step=options.segmentation_step_s,
-            skip_aggregation=True,
-            batch_size=options.segmentation_batch_size,
+        self._segmentation = ChunkSegmentation(
+            segmentation_model, options.segmentation_step_s, options.segmentation_batch_size
         )
 
     @classmethod
@@ -134,11 +134,7 @@ class BuiltinDiarizer:
 
     def segment(self, audio: Audio) -> Any:
         """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity."""
-        import torch
-
-        waveform = torch.from_numpy(np.ascontiguousarray(audio.samples, dtype=np.float32)).unsqueeze(0)
-        with torch.inference_mode():
-            return self._segmentation({"waveform": waveform, "sample_rate": audio.sample_rate_hz})
+        return self._segmentation(audio.samples)
 
     def embed(self, audio: Audio, segmentations: Any) -> ChunkEmbeddings:
         """The embedding of each local speaker of each chunk that speaks enough to be embedded,
