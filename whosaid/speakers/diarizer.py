@@ -18,9 +18,10 @@ def load_diarizer(settings: ModelSettings) -> Diarizer:
     if not name:
         raise ModelLoadError("no diarizer to load: set DIARIZATION_MODEL")
     if name.strip().lower() == BUILTIN_MODEL:
-        from whosaid.speakers.builtin import BuiltinDiarizer
+        from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 
-        return BuiltinDiarizer.load(settings.resolved_device())
+        options = BuiltinDiarizerOptions(segmentation_step_s=settings.diarization_step_s)
+        return BuiltinDiarizer.load(settings.resolved_device(), options)
     from whosaid.speakers.pyannote import PyannoteDiarizer
 
     return PyannoteDiarizer.from_settings(settings)
