@@ -1,13 +1,18 @@
 """The built-in diarizer's time, peak memory and DER on real meeting audio, one clip per process.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.diarization --threads 2 --clips 30,120,1200,3600
+    .venv/bin/python -m benchmarks.diarization --threads 2 --clips 30,120,1200,3600
+    .venv/bin/python -m benchmarks.diarization --clips 30,120,1200 --asr models/whisper-base --step 5
+
+OpenMP threads as users get them (leave OMP_WAIT_POLICY unset): with PASSIVE, threads sleep after
+every operation, and the segmentation model's LSTM, thousands of small steps per chunk, runs
+several times slower.
 
 Clips: `30` is pyannote's sample; longer clips are the ten AMI snippets of tests/data/ami laid end
 to end (repeated as needed and cut to length), scored against their RTTM shifted the same way
 (AMI speaker ids are global, so a person in two snippets is one speaker). DER: pyannote.metrics,
 no collar, overlapped speech scored, no speaker count given. Each clip runs in a fresh process
 after one warm-up run on the sample: the peak RSS (`ru_maxrss`) is that process's, model
-included. `--floor` adds the DER with reference (oracle) clustering of the same segmentation. `--asr DIR`
+included. `--step` sets the segmentation step (DIARIZATION_STEP_S). `--floor` adds the DER with reference (oracle) clustering of the same segmentation. `--asr DIR`
 adds this project's speech recognition of the same clip in the same process (the Whisper model in
 DIR, float32, greedy with the beam fallback, batch 8, English, after its own warm-up), and the
 diarizer's time as a share of it, in CPU seconds (what other processes on a shared machine inflate
@@ -83,15 +88,15 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float, met
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 
-def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None) -> dict:
+def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, step_s: float = 2.5) -> dict:
     import torch
 
     from whosaid.audio.loading import Audio
     from whosaid.speaker_hints import SpeakerHints
-    from whosaid.speakers.builtin import BuiltinDiarizer
+    from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 
     torch.set_num_threads(threads)
-    diarizer = BuiltinDiarizer.load("cpu")
+    diarizer = BuiltinDiarizer.load("cpu", BuiltinDiarizerOptions(segmentation_step_s=step_s))
     warm, _ = build_clip(30)
     diarizer.diarize(Audio(warm), SpeakerHints())
     samples, reference = build_clip(seconds)
@@ -163,12 +168,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clips", default="30,120,1200,3600", help="comma-separated clip lengths in seconds")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--step", type=float, default=2.5, help="segmentation step, seconds (DIARIZATION_STEP_S)")
     parser.add_argument("--floor", action="store_true", help="also the DER with reference clustering")
     parser.add_argument("--asr", metavar="DIR", help="also time speech recognition with this Whisper model")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the worker: one clip, JSON out
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.one, args.threads, args.floor, args.asr)))
+        print(json.dumps(measure(args.one, args.threads, args.floor, args.asr, args.step)))
         return
     print(
         "| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
@@ -178,7 +184,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.asr else ""))
     for seconds in [int(spec) for spec in args.clips.split(",")]:
         command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
-        command += ["--threads", str(args.threads)] + (["--asr", args.asr] if args.asr else [])
+        command += ["--threads", str(args.threads), "--step", str(args.step)]
+        command += ["--asr", args.asr] if args.asr else []
         output = subprocess.run(
             command + (["--floor"] if args.floor else []),
             cwd=REPO,
