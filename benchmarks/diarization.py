@@ -12,10 +12,11 @@ to end (repeated as needed and cut to length), scored against their RTTM shifted
 (AMI speaker ids are global, so a person in two snippets is one speaker). DER: pyannote.metrics,
 no collar, overlapped speech scored, no speaker count given. Each clip runs in a fresh process
 after one warm-up run on the sample: the peak RSS (`ru_maxrss`) is that process's, model
-included. `--step` sets the segmentation step (DIARIZATION_STEP_S). `--floor` adds the DER with reference (oracle) clustering of the same segmentation. `--asr DIR`
-adds this project's speech recognition of the same clip in the same process (the Whisper model in
-DIR, float32, greedy with the beam fallback, batch 8, English, after its own warm-up), and the
-diarizer's time as a share of it, in CPU seconds (what other processes on a shared machine inflate
+included. `--step` sets the segmentation step (DIARIZATION_STEP_S). `--floor` adds the DER with
+reference (oracle) clustering of the same segmentation. `--asr DIR` adds this project's speech
+recognition of the same clip in the same process (the Whisper model in DIR, float32, greedy with
+the beam fallback, batch 8, English, after its own warm-up), and the diarizer's time as a share of
+it, in CPU seconds (what other processes on a shared machine inflate
 least) and wall seconds.
 """
 

@@ -26,6 +26,7 @@ from whosaid.audio.loading import Audio
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import InferenceError
 from whosaid.results import Diarization
+from whosaid.runtime.parallel import map_batches
 from whosaid.speaker_hints import SpeakerHints, check_speaker_count, too_many_speakers
 from whosaid.speakers.clustering import DEFAULT_MAX_SPEAKERS, ClusteringOptions, TooFewSpeakers, cluster_speakers
 from whosaid.speakers.protocols import SpeakerEmbedder
@@ -33,6 +34,10 @@ from whosaid.speakers.pyannote import diarization_from_output
 from whosaid.speakers.segmentation import ChunkSegmentation
 
 __all__ = ["BuiltinDiarizer", "BuiltinDiarizerOptions", "ChunkEmbeddings"]
+
+# Embeddings per batch on CPU, where batches run side by side on one thread each: small enough
+# that a 30 s recording's dozen embeddings still make batches for both cores.
+CPU_EMBEDDING_BATCH = 4
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,9 @@ class BuiltinDiarizerOptions:
     # segmentation's cost (benchmarks/README.md has the measured trade-off). A step of a whole
     # number of 10-sample strides lets chunks share the first convolution (speakers/segmentation.py).
     segmentation_step_s: float = 2.5
-    # Chunks per segmentation batch: not more, segmentation-3.0's LSTM runs several times slower
-    # per chunk in larger batches on 2 threads (oneDNN; benchmarks/README.md).
+    # Chunks per segmentation batch on a GPU (on CPU: whosaid.speakers.segmentation.CPU_BATCH_CHUNKS).
     segmentation_batch_size: int = 16
+    # Embeddings per batch on a GPU (on CPU: CPU_EMBEDDING_BATCH).
     embedding_batch_size: int = 16
     # A local speaker is embedded when it speaks at least this long in its chunk, alone where
     # possible (overlapped speech mixes two voices into one embedding).
@@ -160,16 +165,22 @@ class BuiltinDiarizer:
         chunk_samples = int(round(self.chunk_s * audio.sample_rate_hz))
         step_samples = int(round(segmentations.sliding_window.step * audio.sample_rate_hz))
         embeddings = np.full((num_chunks, num_local, self.embedding.dimension), np.nan, dtype=np.float32)
-        batch = self.options.embedding_batch_size
-        with torch.inference_mode():
-            for first in range(0, len(wanted), batch):
-                pairs = wanted[first : first + batch]
-                waveforms = np.stack([_chunk(audio.samples, c * step_samples, chunk_samples) for c, _ in pairs])[
-                    :, None
-                ]
-                masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
-                vectors = self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
-                embeddings[pairs[:, 0], pairs[:, 1]] = vectors
+
+        def embed_pairs(pairs: np.ndarray) -> np.ndarray:
+            waveforms = np.stack([_chunk(audio.samples, c * step_samples, chunk_samples) for c, _ in pairs])[:, None]
+            masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
+            return self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
+
+        on_cpu = next(self.segmentation_model.parameters()).device.type == "cpu"
+        size = CPU_EMBEDDING_BATCH if on_cpu else self.options.embedding_batch_size
+        batches = [wanted[first : first + size] for first in range(0, len(wanted), size)]
+        if on_cpu:  # small batches side by side, one thread each (whosaid.runtime.parallel)
+            vectors = map_batches(embed_pairs, batches)
+        else:
+            with torch.inference_mode():
+                vectors = [embed_pairs(pairs) for pairs in batches]
+        for pairs, batch_vectors in zip(batches, vectors, strict=True):
+            embeddings[pairs[:, 0], pairs[:, 1]] = batch_vectors
         shared_speech_s = _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s
         return ChunkEmbeddings(vectors=embeddings, clean_speech_s=clean_speech_s, shared_speech_s=shared_speech_s)
 

@@ -19,13 +19,20 @@ does not fit; the outputs agree with it up to float rounding (tests/test_segment
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from whosaid.runtime.parallel import map_batches
+
 __all__ = ["ChunkSegmentation"]
+
+# Chunks per batch on CPU, where batches run side by side on one thread each: the LSTM's cost per
+# chunk is lowest around 4 (benchmarks/README.md), and the first convolution still covers 17.5 s
+# for four 10 s chunks at the 2.5 s step.
+CPU_BATCH_CHUNKS = 4
 
 
 class ChunkSegmentation:
@@ -64,13 +71,24 @@ class ChunkSegmentation:
         frames = SlidingWindow(start=0.0, duration=self.chunk_s, step=self.step_s)
         return SlidingWindowFeature(np.vstack(outputs), frames)
 
-    def scores(self, waveform: torch.Tensor) -> Iterator[torch.Tensor]:
-        """The model's powerset log-probabilities, (chunks, frames, classes), one batch of chunks
-        at a time (the shared path only)."""
+    def scores(self, waveform: torch.Tensor) -> list[torch.Tensor]:
+        """The model's powerset log-probabilities, (chunks, frames, classes), per batch of chunks
+        in order (the shared path only)."""
         starts = self.chunk_starts(waveform.numel())
-        for first in range(0, len(starts), self.batch_size):
-            with torch.inference_mode():
-                yield self._batch_scores(waveform, starts[first : first + self.batch_size])
+        if self.device.type != "cpu":
+            size = self.batch_size
+            return [self._scores_in_inference_mode(waveform, starts[i : i + size]) for i in range(0, len(starts), size)]
+        # On CPU, small batches side by side, one thread each (whosaid.runtime.parallel).
+        batches = [starts[i : i + CPU_BATCH_CHUNKS] for i in range(0, len(starts), CPU_BATCH_CHUNKS)]
+        return map_batches(lambda batch: self._batch_scores(waveform, batch), batches)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _scores_in_inference_mode(self, waveform: torch.Tensor, starts: list[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            return self._batch_scores(waveform, starts)
 
     def chunk_starts(self, num_samples: int) -> list[int]:
         """First sample of each chunk, as pyannote's `Inference.slide` places them: every full
@@ -128,3 +146,4 @@ def _shares_front_end(model: Any) -> bool:
         return False
     encoder = model.sincnet.conv1d[0]
     return getattr(encoder, "padding", None) == 0 and getattr(encoder, "stride", None) == model.sincnet.stride
+

@@ -1,0 +1,56 @@
+"""Batches side by side on CPU, one thread each, instead of one batch at a time on all threads.
+
+The built-in diarizer's models are made of many small operations: segmentation-3.0's LSTM takes
+thousands of steps per chunk, CAM++ a few hundred layers per batch. Split across torch's threads,
+each operation ends in a hand-off between them that costs about what the split saves, and far
+more when another process competes for the cores (a waiting thread spins on a core its partner
+needs). Batches that each run on one thread, as many at once as torch has threads, keep every
+core busy with no hand-off inside an operation; and since each batch is computed the same way
+whatever the thread count, so is the result.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, TypeVar
+
+__all__ = ["map_batches", "one_thread_per_operation"]
+
+Batch = TypeVar("Batch")
+Result = TypeVar("Result")
+
+
+def map_batches(function: Callable[[Batch], Result], batches: Sequence[Batch]) -> list[Result]:
+    """[function(batch) for batch in batches], in inference mode, each call on one thread and up
+    to torch's thread count of them at once. CPU work only: a GPU runs one batch at a time."""
+    import torch
+
+    def run(batch: Batch) -> Result:
+        with torch.inference_mode():  # per thread: the workers' too
+            return function(batch)
+
+    workers = min(torch.get_num_threads(), len(batches))
+    with one_thread_per_operation():
+        if workers <= 1:
+            return [run(batch) for batch in batches]
+        with ThreadPoolExecutor(workers, thread_name_prefix="batches") as pool:
+            return list(pool.map(run, batches))
+
+
+@contextmanager
+def one_thread_per_operation() -> Iterator[None]:
+    """torch's intra-op thread count set to 1 for the block, then put back. The count is the
+    process's: a job running beside this one (MAX_CONCURRENT_JOBS above 1) computes the same
+    results meanwhile, on fewer threads."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
