@@ -3,9 +3,8 @@
     .venv/bin/python -m benchmarks.diarization --threads 2 --clips 30,120,1200,3600
     .venv/bin/python -m benchmarks.diarization --clips 30,120,1200 --asr models/whisper-base --step 5
 
-OpenMP threads as users get them (leave OMP_WAIT_POLICY unset): with PASSIVE, threads sleep after
-every operation, and the segmentation model's LSTM, thousands of small steps per chunk, runs
-several times slower.
+Run it with OpenMP threads as users get them (OMP_WAIT_POLICY unset): PASSIVE threads sleep after
+every operation, which slows the decoder's many small ones in `--asr`.
 
 Clips: `30` is pyannote's sample; longer clips are the ten AMI snippets of tests/data/ami laid end
 to end (repeated as needed and cut to length), scored against their RTTM shifted the same way
