@@ -60,3 +60,17 @@ def test_the_result_does_not_depend_on_the_thread_count() -> None:
         with torch_threads(threads):
             results[threads] = torch.cat(map_batches(lambda x: torch.tanh(x @ weights) @ weights, batches))
     assert torch.equal(results[1], results[2])
+
+
+def test_overlapping_blocks_put_the_count_back_whatever_order_they_end_in() -> None:
+    # Two jobs diarizing at once (MAX_CONCURRENT_JOBS=2): the first to start ends first.
+    with torch_threads(2):
+        first = one_thread_per_operation()
+        second = one_thread_per_operation()
+        first.__enter__()
+        second.__enter__()
+        assert torch.get_num_threads() == 1
+        first.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1  # the second job still runs
+        second.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2

@@ -11,6 +11,7 @@ whatever the thread count, so is the result.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -38,19 +39,30 @@ def map_batches(function: Callable[[Batch], Result], batches: Sequence[Batch]) -
             return list(pool.map(run, batches))
 
 
+_lock = threading.Lock()
+_holders = 0
+_threads_before = 0
+
+
 @contextmanager
 def one_thread_per_operation() -> Iterator[None]:
     """torch's intra-op thread count set to 1 for the block, then put back. The count is the
     process's: a job running beside this one (MAX_CONCURRENT_JOBS above 1) computes the same
-    results meanwhile, on fewer threads."""
+    results meanwhile, on fewer threads, and the count comes back when the last such block
+    ends, whatever order they end in."""
     import torch
 
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
+    global _holders, _threads_before
+    with _lock:
+        if _holders == 0:
+            _threads_before = torch.get_num_threads()
+            if _threads_before != 1:
+                torch.set_num_threads(1)
+        _holders += 1
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        with _lock:
+            _holders -= 1
+            if _holders == 0 and torch.get_num_threads() != _threads_before:
+                torch.set_num_threads(_threads_before)
