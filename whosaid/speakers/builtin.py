@@ -95,7 +95,7 @@ class BuiltinDiarizer:
         self.embedding = embedding
         self.segmentation_model = segmentation_model
         self.chunk_s = float(segmentation_model.specifications.duration)
-        self._segmentation = ChunkSegmentation(
+        self.segmenter = ChunkSegmentation(
             segmentation_model, options.segmentation_step_s, options.segmentation_batch_size
         )
 
@@ -139,7 +139,7 @@ class BuiltinDiarizer:
 
     def segment(self, audio: Audio) -> Any:
         """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity."""
-        return self._segmentation(audio.samples)
+        return self.segmenter(audio.samples)
 
     def embed(self, audio: Audio, segmentations: Any) -> ChunkEmbeddings:
         """The embedding of each local speaker of each chunk that speaks enough to be embedded,
