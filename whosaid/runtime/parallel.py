@@ -22,15 +22,18 @@ Batch = TypeVar("Batch")
 Result = TypeVar("Result")
 
 
-def map_batches(function: Callable[[Batch], Result], batches: Sequence[Batch]) -> list[Result]:
-    """[function(batch) for batch in batches], in inference mode, each call on one thread and up
-    to torch's thread count of them at once. CPU work only: a GPU runs one batch at a time."""
+def map_batches(function: Callable[[Batch], Result], batches: Sequence[Batch], *, side_by_side: bool) -> list[Result]:
+    """[function(batch) for batch in batches], in inference mode. `side_by_side` (CPU work): each
+    call on one thread and up to torch's thread count of them at once; otherwise (a GPU) one
+    batch after the other, the thread count untouched."""
     import torch
 
     def run(batch: Batch) -> Result:
         with torch.inference_mode():  # per thread: the workers' too
             return function(batch)
 
+    if not side_by_side:
+        return [run(batch) for batch in batches]
     workers = min(torch.get_num_threads(), len(batches))
     with one_thread_per_operation():
         if workers <= 1:

@@ -171,14 +171,11 @@ class BuiltinDiarizer:
             masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
             return self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
 
-        on_cpu = next(self.segmentation_model.parameters()).device.type == "cpu"
+        # On CPU, small batches side by side, one thread each (whosaid.runtime.parallel).
+        on_cpu = self.segmenter.device.type == "cpu"
         size = CPU_EMBEDDING_BATCH if on_cpu else self.options.embedding_batch_size
         batches = [wanted[first : first + size] for first in range(0, len(wanted), size)]
-        if on_cpu:  # small batches side by side, one thread each (whosaid.runtime.parallel)
-            vectors = map_batches(embed_pairs, batches)
-        else:
-            with torch.inference_mode():
-                vectors = [embed_pairs(pairs) for pairs in batches]
+        vectors = map_batches(embed_pairs, batches, side_by_side=on_cpu)
         for pairs, batch_vectors in zip(batches, vectors, strict=True):
             embeddings[pairs[:, 0], pairs[:, 1]] = batch_vectors
         shared_speech_s = _shared(alone, segmentations.sliding_window.step / frame_s) * frame_s

@@ -57,7 +57,7 @@ class ChunkSegmentation:
         self.shared = _shares_front_end(model) and self.step_samples % model.sincnet.stride == 0
         if self.shared:
             self.conversion = Powerset(len(specifications.classes), specifications.powerset_max_classes).to(
-                next(model.parameters()).device
+                self.device
             )
 
     def __call__(self, samples: np.ndarray) -> Any:
@@ -73,22 +73,17 @@ class ChunkSegmentation:
 
     def scores(self, waveform: torch.Tensor) -> list[torch.Tensor]:
         """The model's powerset log-probabilities, (chunks, frames, classes), per batch of chunks
-        in order (the shared path only)."""
+        in order (the shared path only). On CPU, small batches side by side, one thread each
+        (whosaid.runtime.parallel)."""
         starts = self.chunk_starts(waveform.numel())
-        if self.device.type != "cpu":
-            size = self.batch_size
-            return [self._scores_in_inference_mode(waveform, starts[i : i + size]) for i in range(0, len(starts), size)]
-        # On CPU, small batches side by side, one thread each (whosaid.runtime.parallel).
-        batches = [starts[i : i + CPU_BATCH_CHUNKS] for i in range(0, len(starts), CPU_BATCH_CHUNKS)]
-        return map_batches(lambda batch: self._batch_scores(waveform, batch), batches)
+        on_cpu = self.device.type == "cpu"
+        size = CPU_BATCH_CHUNKS if on_cpu else self.batch_size
+        batches = [starts[i : i + size] for i in range(0, len(starts), size)]
+        return map_batches(lambda batch: self._batch_scores(waveform, batch), batches, side_by_side=on_cpu)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def _scores_in_inference_mode(self, waveform: torch.Tensor, starts: list[int]) -> torch.Tensor:
-        with torch.inference_mode():
-            return self._batch_scores(waveform, starts)
 
     def chunk_starts(self, num_samples: int) -> list[int]:
         """First sample of each chunk, as pyannote's `Inference.slide` places them: every full
@@ -102,10 +97,9 @@ class ChunkSegmentation:
 
     def _batch_scores(self, waveform: torch.Tensor, starts: list[int]) -> torch.Tensor:
         sincnet = self.model.sincnet
-        device = next(self.model.parameters()).device
         first, length = starts[0], self.chunk_samples
         stretch = waveform[first : starts[-1] + length]
-        stretch = F.pad(stretch, (0, starts[-1] + length - first - stretch.numel())).to(device)
+        stretch = F.pad(stretch, (0, starts[-1] + length - first - stretch.numel())).to(self.device)
         chunks = stretch.unfold(0, length, self.step_samples)  # views: (chunks, samples)
 
         # The waveform normalisation of each chunk, as the affine map it is.
