@@ -108,12 +108,12 @@ class ModelSettings(BaseSettings):
         "the measured trade-off: lower names more speakers, and risks more false names the more "
         "voices there are.",
     )
-    diarization_step_s: float = Field(
-        default=2.5,
+    diarization_step_s: Optional[float] = Field(
+        default=None,
         ge=0.5,
         le=10.0,
-        description="Built-in diarizer: seconds between the starts of its 10 s segmentation chunks. "
-        "The default, 2.5, meets the diarization error bounds the tests hold; 5 halves the "
+        description="Built-in diarizer: seconds between the starts of its 10 s segmentation chunks; "
+        "unset: the diarizer's own, 2.5, which meets the diarization error bounds the tests hold; 5 halves the "
         "diarizer's cost on CPU for a slightly higher error (benchmarks/README.md, 'The built-in "
         "diarizer', has both measured). A whole number of 10-sample strides (e.g. 2.5, 5) is the "
         "fastest.",

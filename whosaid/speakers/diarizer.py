@@ -20,7 +20,9 @@ def load_diarizer(settings: ModelSettings) -> Diarizer:
     if name.strip().lower() == BUILTIN_MODEL:
         from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
 
-        options = BuiltinDiarizerOptions(segmentation_step_s=settings.diarization_step_s)
+        options = BuiltinDiarizerOptions()
+        if settings.diarization_step_s is not None:
+            options = BuiltinDiarizerOptions(segmentation_step_s=settings.diarization_step_s)
         return BuiltinDiarizer.load(settings.resolved_device(), options)
     from whosaid.speakers.pyannote import PyannoteDiarizer
 
