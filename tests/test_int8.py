@@ -40,8 +40,11 @@ def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> No
 @pytest.mark.slow
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, quantization) -> None:
-    """The fast path's quality on pyannote's sample, float32 and int8, under a bound the original
-    handler's pipeline (30 s cut, 5 beams) does not meet; benchmarks/README.md has the measured rates."""
+    """The fast path's quality on pyannote's sample, float32 and int8, under bounds the original
+    handler's pipeline (30 s cut, 5 beams: 0.296) does not meet; benchmarks/README.md has the
+    measured rates. int8's bound is looser: its matrix products run on whichever integer kernels the
+    CPU has (AVX2, AVX-512 VNNI, AMX), which round differently, so its transcript moves from one
+    CPU to another (0.185 to 0.210 measured), while float32's stays put."""
     import re
 
     import jiwer
@@ -59,6 +62,6 @@ def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, q
     def normalise(text: str) -> str:
         return re.sub(r"\s+", " ", re.sub(r"[^\w\s']", " ", text.lower())).strip()
 
-    assert jiwer.wer(normalise(reference), normalise(transcript.text)) <= 0.2
+    assert jiwer.wer(normalise(reference), normalise(transcript.text)) <= {"none": 0.2, "int8": 0.25}[quantization]
     assert transcript.chunks[0].start_s > 6.0  # the 6.7 s of silence before the first word
     assert transcript.chunks[-1].end_s <= 30.0
