@@ -11,7 +11,8 @@ to end (repeated as needed and cut to length), scored against their RTTM shifted
 (AMI speaker ids are global, so a person in two snippets is one speaker). DER: pyannote.metrics,
 no collar, overlapped speech scored, no speaker count given. Each clip runs in a fresh process
 after one warm-up run on the sample: the peak RSS (`ru_maxrss`) is that process's, model
-included. `--step` sets the segmentation step (DIARIZATION_STEP_S). `--floor` adds the DER with
+included. `--step` sets the segmentation step (DIARIZATION_STEP_S; by default the diarizer's own, 2.5 s
+up to 60 s and 5 s beyond on CPU). `--floor` adds the DER with
 reference (oracle) clustering of the same segmentation. `--asr DIR` adds this project's speech
 recognition of the same clip in the same process (the Whisper model in DIR, float32, greedy with
 the beam fallback, batch 8, English, after its own warm-up), and the diarizer's time as a share of
@@ -88,7 +89,7 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float, met
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 
-def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, step_s: float = 2.5) -> dict:
+def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, step_s: Optional[float] = None) -> dict:
     import torch
 
     from whosaid.audio.loading import Audio
@@ -106,6 +107,7 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, 
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     row = {
         "clip_s": seconds,
+        "step_s": diarizer.step_s(audio.duration_s),
         "wall_s": round(wall_s, 2),
         "cpu_s": round(cpu_s, 2),
         "rtf": round(wall_s / audio.duration_s, 4),
@@ -168,7 +170,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clips", default="30,120,1200,3600", help="comma-separated clip lengths in seconds")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--step", type=float, default=2.5, help="segmentation step, seconds (DIARIZATION_STEP_S)")
+    parser.add_argument(
+        "--step", type=float, help="segmentation step, seconds (DIARIZATION_STEP_S); default: the diarizer's own"
+    )
     parser.add_argument("--floor", action="store_true", help="also the DER with reference clustering")
     parser.add_argument("--asr", metavar="DIR", help="also time speech recognition with this Whisper model")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the worker: one clip, JSON out
@@ -177,14 +181,14 @@ def main() -> None:
         print(json.dumps(measure(args.one, args.threads, args.floor, args.asr, args.step)))
         return
     print(
-        "| clip | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
+        "| clip | step s | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
         "| speakers (reference) |"
         + (" ASR wall s | ASR CPU s | diarization ÷ ASR, CPU | ÷ ASR, wall |" if args.asr else "")
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.asr else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.asr else ""))
     for seconds in [int(spec) for spec in args.clips.split(",")]:
         command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
-        command += ["--threads", str(args.threads), "--step", str(args.step)]
+        command += ["--threads", str(args.threads)] + (["--step", str(args.step)] if args.step else [])
         command += ["--asr", args.asr] if args.asr else []
         output = subprocess.run(
             command + (["--floor"] if args.floor else []),
@@ -196,7 +200,8 @@ def main() -> None:
         ).stdout
         row = json.loads(output.strip().splitlines()[-1])
         print(
-            f"| {seconds} s | {row['wall_s']} | {row['cpu_s']} | {row['rtf']} | {row['s_per_min']} | "
+            f"| {seconds} s | {row['step_s']:g} | {row['wall_s']} | {row['cpu_s']} | {row['rtf']} | "
+            f"{row['s_per_min']} | "
             f"{row['peak_rss_mb']} | {row['der']} | {row.get('der_oracle_clustering', '')} | "
             f"{row['speakers']} ({row['reference_speakers']}) |"
             + (

@@ -46,7 +46,7 @@ def main() -> int:
     sample = load_audio_file(sample_wav())
 
     # The shared first convolution against the whole model on every chunk, on this device.
-    segmentation = diarizer.segmenter
+    segmentation = diarizer.segmenter(2.5)
     with torch.inference_mode():
         theirs = Inference(
             diarizer.segmentation_model, duration=10.0, step=2.5, skip_aggregation=True, skip_conversion=True

@@ -113,10 +113,10 @@ class ModelSettings(BaseSettings):
         ge=0.5,
         le=10.0,
         description="Built-in diarizer: seconds between the starts of its 10 s segmentation chunks; "
-        "unset: the diarizer's own, 2.5, which meets the diarization error bounds the tests hold; 5 halves the "
-        "diarizer's cost on CPU for a slightly higher error (benchmarks/README.md, 'The built-in "
-        "diarizer', has both measured). A whole number of 10-sample strides (e.g. 2.5, 5) is the "
-        "fastest.",
+        "unset: the diarizer's own, 2.5 up to a minute of audio and, on CPU, 5 beyond, which halves "
+        "the diarizer's cost for a slightly higher error; 2.5 everywhere for the lowest error "
+        "(benchmarks/README.md, 'The built-in diarizer', has both measured). A whole number of "
+        "10-sample strides (e.g. 2.5, 5) is the fastest.",
     )
     quantization: Literal["none", "int8"] = Field(
         default="none",

