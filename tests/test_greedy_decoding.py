@@ -96,6 +96,38 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("in_blocks", [True, False])
+@pytest.mark.parametrize("on_the_left", [True, False])
+def test_each_cpu_product_is_the_linear_layers(monkeypatch, rows, in_blocks, on_the_left) -> None:
+    # Whichever product the CPU measured fastest, the same values up to rounding.
+    import torch
+    import torch.nn.functional as F
+
+    from whosaid.recognition import decoder_step
+
+    products = decoder_step.CpuProducts(one_row_in_blocks=in_blocks, weight_on_the_left=on_the_left)
+    monkeypatch.setattr(decoder_step, "cpu_products", lambda: products)
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(1001, 64, generator=generator)
+    bias = torch.randn(1001, generator=generator)
+    hidden = torch.randn(rows, 1, 64, generator=generator)
+    with torch_threads(2):
+        output = decoder_step.affine(weight, bias, hidden)
+    torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_products_are_measured_once_per_thread_count() -> None:
+    from whosaid.recognition.decoder_step import cpu_products
+
+    with torch_threads(1):
+        one_thread = cpu_products()
+        assert cpu_products() is one_thread
+        assert not one_thread.one_row_in_blocks  # one thread: one block
+    with torch_threads(2):
+        assert cpu_products() is cpu_products()
+
+
 @pytest.mark.slow
 def test_greedy_loop_picks_generates_tokens_real_model(tiny_en_engine, sample_audio) -> None:
     recognizer = tiny_en_engine.recognizer

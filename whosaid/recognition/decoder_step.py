@@ -9,12 +9,16 @@ This step does the same arithmetic, in the same order, on the same weights:
 - queries, keys and values of self-attention come out of one matrix product (fused weights);
 - logits only for the positions that are read (the last one; on the prompt step, the
   start-of-transcript position too);
-- on CPU in float32, linear layers are computed as W @ x^T: torch 2.10's MKL GEMM is much
-  slower for x @ W^T, the orientation F.linear uses, with 2-8 rows, and about the same
-  with one row;
-- with one row, torch 2.10's MKL computes the matrix-vector product on one thread, bound by
-  what one core reads: the weight is cut into one block of rows per torch thread and multiplied
-  as a batch, which runs on all of them.
+- on CPU in float32, linear layers run on whichever of two products this CPU's BLAS (torch
+  2.10's MKL) does fastest, measured once per process and thread count (`cpu_products`): MKL
+  takes different code paths on different CPUs, and the fastest product of one or a few rows
+  by a weight differs between them by up to three times.
+  - Several rows: x @ W^T (the orientation F.linear uses) or W @ x^T. On AVX2 Xeons MKL's GEMM
+    was much slower for x @ W^T with 2-8 rows; on an AVX-512 one W @ x^T is.
+  - One row: a plain product, or the weight cut into one block of rows per torch thread and
+    multiplied as a batch. On AVX2 Xeons MKL computed a one-row product on one thread, bound by
+    what one core reads, and the blocks ran on all of them; on an AVX-512 one the plain product
+    already uses every thread and the blocks are slower.
 
 The measurements behind both are in benchmarks/README.md ("Numbers behind the code's choices").
 
@@ -25,8 +29,10 @@ by float rounding only.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 def project(linear: Any, hidden: Any) -> Any:
@@ -40,24 +46,91 @@ def project(linear: Any, hidden: Any) -> Any:
 
 
 def affine(weight: Any, bias: Optional[Any], hidden: Any) -> Any:
-    """hidden @ weight^T + bias; on CPU in float32 computed as (weight @ hidden^T)^T, the faster
-    orientation there (see the module docstring; with one row the two are alike)."""
+    """hidden @ weight^T + bias; on CPU in float32 with the product this CPU does fastest
+    (`cpu_products`, the module docstring)."""
     import torch
     import torch.nn.functional as F
 
     if hidden.device.type != "cpu" or hidden.dtype != torch.float32:
         return F.linear(hidden, weight, bias)
     rows = hidden.numel() // hidden.shape[-1]
-    flat = hidden.reshape(rows, hidden.shape[-1])
-    if rows == 1 and torch.get_num_threads() > 1:
-        output = _threaded_matrix_vector(weight, flat.t())
+    products = cpu_products()
+    if rows == 1 and products.one_row_in_blocks:
+        output = _threaded_matrix_vector(weight, hidden.reshape(rows, hidden.shape[-1]).t())
         if bias is not None:
             output = output + bias[:, None]
-    elif bias is None:
-        output = torch.mm(weight, flat.t())
+    elif rows == 1 or not products.weight_on_the_left:
+        return F.linear(hidden, weight, bias)
     else:
-        output = torch.addmm(bias[:, None], weight, flat.t())
+        flat = hidden.reshape(rows, hidden.shape[-1])
+        if bias is None:
+            output = torch.mm(weight, flat.t())
+        else:
+            output = torch.addmm(bias[:, None], weight, flat.t())
     return output.t().reshape(*hidden.shape[:-1], weight.shape[0])
+
+
+@dataclass(frozen=True)
+class CpuProducts:
+    """Which products `affine` uses on this CPU (the module docstring)."""
+
+    #: One row: the weight in one block of rows per thread (else a plain product).
+    one_row_in_blocks: bool
+    #: Several rows: W @ x^T (else x @ W^T, as F.linear).
+    weight_on_the_left: bool
+
+
+# An alternative product is chosen only when it takes at most this share of the plain one's time
+# (F.linear's): a near tie keeps the plain product, so the choice does not flip between runs.
+CLEARLY_FASTER = 0.8
+# The measured weight: as many rows as it takes to leave the caches (whisper's output projection,
+# the largest product of a step, has 51865), of whisper-base's width.
+MEASURED_WEIGHT_SHAPE = (32768, 512)
+_cpu_products: dict[int, CpuProducts] = {}
+_measuring = threading.Lock()
+
+
+def cpu_products() -> CpuProducts:
+    """The products `affine` uses at torch's current thread count, measured on the first call
+    for that count (about 0.1 s) and kept for the process."""
+    import torch
+
+    threads = torch.get_num_threads()
+    with _measuring:
+        if threads not in _cpu_products:
+            _cpu_products[threads] = _measure_products(threads)
+        return _cpu_products[threads]
+
+
+def _measure_products(threads: int) -> CpuProducts:
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(*MEASURED_WEIGHT_SHAPE, generator=generator)
+    one_row = torch.randn(1, weight.shape[1], generator=generator)
+    rows = torch.randn(4, weight.shape[1], generator=generator)
+    with torch.inference_mode():
+        plain_one, blocks = _fastest_times(
+            lambda: F.linear(one_row, weight), lambda: _threaded_matrix_vector(weight, one_row.t())
+        )
+        plain_rows, left = _fastest_times(lambda: F.linear(rows, weight), lambda: torch.mm(weight, rows.t()))
+    return CpuProducts(
+        one_row_in_blocks=threads > 1 and blocks <= CLEARLY_FASTER * plain_one,
+        weight_on_the_left=left <= CLEARLY_FASTER * plain_rows,
+    )
+
+
+def _fastest_times(first: Callable[[], Any], second: Callable[[], Any], rounds: int = 5) -> tuple[float, float]:
+    """The fastest of `rounds` timings of each, interleaved, after one call each to warm up."""
+    first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for function, kept in ((first, times[0]), (second, times[1])):
+            started = time.perf_counter()
+            function()
+            kept.append(time.perf_counter() - started)
+    return min(times[0]), min(times[1])
 
 
 # At most this many blocks of rows per matrix-vector product (one per torch thread).
