@@ -123,6 +123,10 @@ def load_whisper(settings: ModelSettings) -> tuple[Any, Any]:
         quantize_int8(model)
     elif model.device.type == "cpu" and model.dtype == torch.float32:
         prepack_encoder_linears(model)
+        # Measured now rather than in the first request (whosaid.recognition.decoder_step).
+        from whosaid.recognition.decoder_step import cpu_products
+
+        logger.info("decoder products on this CPU at %d threads: %s", torch.get_num_threads(), cpu_products())
     return model, processor
 
 
