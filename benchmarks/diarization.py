@@ -17,7 +17,8 @@ reference (oracle) clustering of the same segmentation. `--asr DIR` adds this pr
 recognition of the same clip in the same process (the Whisper model in DIR, float32, greedy with
 the beam fallback, batch 8, English, after its own warm-up), and the diarizer's time as a share of
 it, in CPU seconds (what other processes on a shared machine inflate
-least) and wall seconds.
+least) and wall seconds. `--repeats N` times each N times in its process and reports the medians
+(one run of a short clip varies by a quarter from run to run).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -89,7 +90,25 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float, met
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 
-def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, step_s: Optional[float] = None) -> dict:
+def timed(run, repeats: int) -> tuple[Any, float, float]:
+    """`run()`'s result and its median wall and CPU seconds over `repeats` calls."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = run()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    return result, float(np.median(walls)), float(np.median(cpus))
+
+
+def measure(
+    seconds: int,
+    threads: int,
+    floor: bool,
+    asr: Optional[str] = None,
+    step_s: Optional[float] = None,
+    repeats: int = 1,
+) -> dict:
     import torch
 
     from whosaid.audio.loading import Audio
@@ -102,9 +121,7 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, 
     diarizer.diarize(Audio(warm), SpeakerHints())
     samples, reference = build_clip(seconds)
     audio = Audio(samples)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    diarization = diarizer.diarize(audio, SpeakerHints())
-    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    diarization, wall_s, cpu_s = timed(lambda: diarizer.diarize(audio, SpeakerHints()), repeats)
     row = {
         "clip_s": seconds,
         "step_s": diarizer.step_s(audio.duration_s),
@@ -120,7 +137,7 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, 
     if floor:
         row["der_oracle_clustering"] = round(oracle_der(diarizer, audio, reference), 3)
     if asr:
-        asr_wall_s, asr_cpu_s = time_asr(asr, audio, warm)
+        asr_wall_s, asr_cpu_s = time_asr(asr, audio, warm, repeats)
         row.update(
             asr_wall_s=round(asr_wall_s, 2),
             asr_cpu_s=round(asr_cpu_s, 2),
@@ -130,9 +147,9 @@ def measure(seconds: int, threads: int, floor: bool, asr: Optional[str] = None, 
     return row
 
 
-def time_asr(model_dir: str, audio, warm: np.ndarray) -> tuple[float, float]:
-    """Wall and CPU seconds of this project's transcription of `audio` (no diarizer), after one
-    transcription of `warm`."""
+def time_asr(model_dir: str, audio, warm: np.ndarray, repeats: int = 1) -> tuple[float, float]:
+    """Median wall and CPU seconds of this project's transcription of `audio` (no diarizer) over
+    `repeats` runs, after one transcription of `warm`."""
     from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
     from whosaid.engine import Engine
@@ -140,9 +157,8 @@ def time_asr(model_dir: str, audio, warm: np.ndarray) -> tuple[float, float]:
     engine = Engine.from_settings(ModelSettings(asr_model=model_dir, diarization_model=None))
     config, _ = engine.parse_parameters({"language": "en", "batch_size": 8})
     engine.transcribe(Audio(warm), config)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    engine.transcribe(audio, config)
-    return time.perf_counter() - start, time.process_time() - start_cpu
+    _, wall_s, cpu_s = timed(lambda: engine.transcribe(audio, config), repeats)
+    return wall_s, cpu_s
 
 
 def oracle_der(diarizer, audio, reference) -> float:
@@ -175,10 +191,11 @@ def main() -> None:
     )
     parser.add_argument("--floor", action="store_true", help="also the DER with reference clustering")
     parser.add_argument("--asr", metavar="DIR", help="also time speech recognition with this Whisper model")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per clip; the table gives their median")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the worker: one clip, JSON out
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.one, args.threads, args.floor, args.asr, args.step)))
+        print(json.dumps(measure(args.one, args.threads, args.floor, args.asr, args.step, args.repeats)))
         return
     print(
         "| clip | step s | wall s | CPU s | × real time | s per minute | peak RSS MB | DER | DER, oracle clustering "
@@ -190,6 +207,7 @@ def main() -> None:
         command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
         command += ["--threads", str(args.threads)] + (["--step", str(args.step)] if args.step else [])
         command += ["--asr", args.asr] if args.asr else []
+        command += ["--repeats", str(args.repeats)]
         output = subprocess.run(
             command + (["--floor"] if args.floor else []),
             cwd=REPO,
