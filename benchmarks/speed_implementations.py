@@ -176,7 +176,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         Implementation(
             "whosaid-int8",
             "asr",
-            "this project with QUANTIZATION=int8 (dynamic int8 linear layers), language en",
+            "this project with QUANTIZATION=int8 (int8 linear layers, activations quantized on the fly), language en",
             _whosaid_loader(
                 lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False, quantization="int8"
             ),

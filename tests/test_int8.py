@@ -13,14 +13,47 @@ def test_int8_quantizes_every_linear_layer_and_still_transcribes(tiny_whisper, s
 
     from whosaid.config import ModelSettings
     from whosaid.engine import Engine
+    from whosaid.recognition.loading import rowwise_int8_linear_class
 
     engine = Engine.from_settings(
         ModelSettings(asr_model=str(tiny_whisper("speed-main", seed=5)), device="cpu", quantization="int8")
     )
     model = engine.recognizer.model
     assert not any(type(module) is torch.nn.Linear for module in model.modules())
+    encoder = set(model.get_encoder().modules())
+    rowwise = rowwise_int8_linear_class()
+    assert [type(m).__name__ for m in encoder if type(m) is rowwise] and not any(
+        isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in encoder
+    )
+    decoder = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert decoder and all(
+        m.weight().qscheme() == torch.per_channel_affine and m.weight().q_per_channel_scales().numel() > 1
+        for m in decoder
+    )  # one scale per output channel
     transcript = engine.transcribe(cut(sample_audio, 6, 14), config(language="en"))
     assert transcript.chunks and all(0 <= c.start_s <= c.end_s <= 8.0 for c in transcript.chunks)
+
+
+def test_rowwise_int8_rows_are_quantized_each_on_their_own_scale() -> None:
+    """Each row's output is the same alone or beside a row a thousand times louder (one scale per
+    row, not per call), and close to the float32 layer's: within 2 % of its norm for every row (1.2 % measured)."""
+    import torch
+
+    from whosaid.recognition.loading import rowwise_int8_linear_class
+
+    generator = torch.Generator().manual_seed(3)
+    linear = torch.nn.Linear(64, 48)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(48, 64, generator=generator))
+    quiet = torch.randn(5, 64, generator=generator)
+    loud = 1000 * torch.randn(1, 64, generator=generator)
+    layer = rowwise_int8_linear_class()(linear)
+    with torch.inference_mode():
+        alone, beside = layer(quiet), layer(torch.cat([quiet, loud]))[:5]
+        exact = linear(quiet)
+    assert torch.equal(alone, beside)
+    assert ((alone - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.02
+    assert layer(quiet[None]).shape == (1, 5, 48)  # (batch, frames, features) in and out
 
 
 def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> None:
@@ -44,7 +77,8 @@ def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, q
     handler's pipeline (30 s cut, 5 beams: 0.296) does not meet; benchmarks/README.md has the
     measured rates. int8's bound is looser: its matrix products run on whichever integer kernels the
     CPU has (AVX2, AVX-512 VNNI, AMX), which round differently, so its transcript moves from one
-    CPU to another (0.185 to 0.210 measured), while float32's stays put."""
+    CPU to another (0.185 to 0.210 measured with one activation scale per encoder window; 0.185
+    with one per frame on an AMX Xeon), while float32's stays put."""
     import re
 
     import jiwer
@@ -62,6 +96,6 @@ def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, q
     def normalise(text: str) -> str:
         return re.sub(r"\s+", " ", re.sub(r"[^\w\s']", " ", text.lower())).strip()
 
-    assert jiwer.wer(normalise(reference), normalise(transcript.text)) <= {"none": 0.2, "int8": 0.25}[quantization]
+    assert jiwer.wer(normalise(reference), normalise(transcript.text)) <= {"none": 0.2, "int8": 0.23}[quantization]
     assert transcript.chunks[0].start_s > 6.0  # the 6.7 s of silence before the first word
     assert transcript.chunks[-1].end_s <= 30.0

@@ -22,3 +22,52 @@ def test_cpu_encoder_runs_on_packed_weights_with_the_same_output(tiny_engine, sa
         plain_states = plain.get_encoder()(features).last_hidden_state
     torch.testing.assert_close(packed_states, plain_states, rtol=1e-4, atol=1e-4)
 
+
+
+RESIDENT_PAGES_SCRIPT = r"""
+import json, os, sys
+from whosaid.config import ModelSettings
+from whosaid.recognition.loading import load_whisper
+
+checkpoint = os.path.realpath(sys.argv[1])
+model, _ = load_whisper(ModelSettings(asr_model=os.path.dirname(checkpoint), diarization_model=None, device="cpu"))
+mappings, current = [], None
+for line in open("/proc/self/smaps"):
+    fields = line.split()
+    if "-" in fields[0] and not fields[0].endswith(":"):
+        current = {"kb": 0} if fields[-1] == checkpoint else None
+        if current is not None:
+            start, end = (int(address, 16) for address in fields[0].split("-"))
+            current["size_kb"] = (end - start) // 1024
+            mappings.append(current)
+    elif current is not None and fields[0] == "Rss:":
+        current["kb"] = int(fields[1])
+print(json.dumps(mappings))
+"""
+
+
+def test_cpu_weights_are_read_in_at_load(converted_model) -> None:
+    """After loading on CPU, the checkpoint's mapped pages are in memory (read once at load), so
+    that the first request does not pay their page faults: every mapping of model.safetensors
+    is resident but for its unread tail of a page, if the weights are mapped at all."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import transformers
+
+    checkpoint = converted_model("whisper-tiny.en") / "model.safetensors"
+    finished = subprocess.run(
+        [sys.executable, "-c", RESIDENT_PAGES_SCRIPT, str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    mappings = json.loads(finished.stdout.strip().splitlines()[-1])
+    if transformers.__version__.startswith("4."):
+        assert mappings  # transformers 4.57 keeps the safetensors tensors mapped from the file
+    for mapping in mappings:
+        assert mapping["kb"] >= mapping["size_kb"] * 0.99, mapping
