@@ -23,7 +23,6 @@ def test_cpu_encoder_runs_on_packed_weights_with_the_same_output(tiny_engine, sa
     torch.testing.assert_close(packed_states, plain_states, rtol=1e-4, atol=1e-4)
 
 
-
 RESIDENT_PAGES_SCRIPT = r"""
 import json, os, sys
 from whosaid.config import ModelSettings

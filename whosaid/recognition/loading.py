@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from whosaid.config import ModelSettings
 from whosaid.errors import ModelLoadError
@@ -42,9 +42,9 @@ def quantize_int8(model: Any) -> None:
     attention, convolutions and layer norms stay float32. Every weight has one scale per output
     channel (torch's default is one per weight, set by its widest row).
 
-    - The encoder's layers quantize each frame with its own scale (`rowwise_int8_linear_class`): torch's
-      dynamic layers take one scale for all 1500 frames of a window, which the loudest frames
-      set, and lost most of int8's word error rate there.
+    - The encoder's layers quantize each frame with its own scale (`rowwise_int8_linear_class`):
+      torch's dynamic layers take one scale for all 1500 frames of a window, set by the loudest
+      frames, and most of int8's loss in word error rate came from there.
     - The decoder's layers are torch's dynamic ones (fbgemm): at 1-8 rows a step they are about
       three times faster than the integer product below, and one scale per step's rows costs little.
 
@@ -54,16 +54,30 @@ def quantize_int8(model: Any) -> None:
     import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    rowwise_int8_linear = rowwise_int8_linear_class()
-    for parent in list(model.get_encoder().modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, rowwise_int8_linear(child))
+    replace_encoder_linears(model, rowwise_int8_linear_class())
     with warnings.catch_warnings():
         # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
         # still works, and torchao's int8 path would be one more dependency.
         warnings.simplefilter("ignore", DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+
+
+def replace_encoder_linears(model: Any, replacement: Callable[[Any], Any]) -> None:
+    """Every plain linear layer of the encoder replaced, in place, by `replacement(layer)`."""
+    import torch
+
+    for parent in list(model.get_encoder().modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, replacement(child))
+
+
+def symmetric_int8(rows: Any) -> tuple[Any, Any]:
+    """Each row of a float matrix as int8 on its own symmetric scale: (int8 rows, scales (rows, 1))."""
+    import torch
+
+    scale = (rows.abs().amax(dim=1, keepdim=True) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.round(rows / scale).clamp_(-127, 127).to(torch.int8), scale
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,19 +91,15 @@ def rowwise_int8_linear_class() -> type:
 
         def __init__(self, linear: torch.nn.Linear) -> None:
             super().__init__()
-            weight = linear.weight.detach().float()
-            scale = (weight.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
-            quantized = torch.round(weight / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+            quantized, scale = symmetric_int8(linear.weight.detach().float())
             self.in_features, self.out_features = linear.in_features, linear.out_features
             self.register_buffer("weight_t", quantized.t().contiguous())  # (in, out), as _int_mm takes it
-            self.register_buffer("weight_scale", scale)
+            self.register_buffer("weight_scale", scale[:, 0])
             bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(self.out_features)
             self.register_buffer("bias", bias)
 
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-            rows = hidden.reshape(-1, self.in_features)
-            scale = (rows.abs().amax(dim=1, keepdim=True) / 127).clamp_min(torch.finfo(torch.float32).tiny)
-            quantized = torch.round(rows / scale).clamp_(-127, 127).to(torch.int8)
+            quantized, scale = symmetric_int8(hidden.reshape(-1, self.in_features))
             output = torch.addcmul(self.bias, torch._int_mm(quantized, self.weight_t), scale * self.weight_scale)
             return output.reshape(*hidden.shape[:-1], self.out_features)
 
@@ -111,10 +121,7 @@ def prepack_encoder_linears(model: Any) -> None:
     except (ImportError, AttributeError):  # a torch without torch.utils.mkldnn: the default path
         logger.info("oneDNN packed linear layers are unavailable; the encoder runs unpacked")
         return
-    for parent in list(model.get_encoder().modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, packed_linear(child))
+    replace_encoder_linears(model, packed_linear)
 
 
 @functools.lru_cache(maxsize=1)
@@ -144,17 +151,18 @@ def _packed_linear_class() -> type:
 
 
 def page_in_weights(model: Any) -> None:
-    """Read every CPU weight once, now. `from_pretrained` leaves a safetensors checkpoint's
-    tensors mapped from the file, read from disk as a forward pass first touches them: without
-    this the first request pays those page faults, and the model's memory shows up while it runs
-    rather than at start-up. The pages stay the file's (shared with other processes that map it,
-    nothing is copied)."""
+    """Read every CPU weight of `model` once, now (weights on other devices are left alone).
+    `from_pretrained` leaves a safetensors checkpoint's tensors mapped from the file, read from
+    disk as a forward pass first touches them: without this the first request pays those page
+    faults, and the model's memory shows up while it runs rather than at start-up. The pages stay
+    the file's (shared with other processes that map it, nothing is copied)."""
     import torch
 
     with torch.inference_mode():
         for tensor in list(model.parameters()) + list(model.buffers()):
             # oneDNN-packed copies (not strided) are made in memory; the file's pages are the rest.
-            if tensor.layout == torch.strided and tensor.is_floating_point() and tensor.numel():
+            on_cpu = tensor.device.type == "cpu" and tensor.layout == torch.strided
+            if on_cpu and tensor.is_floating_point() and tensor.numel():
                 tensor.detach().amax()
 
 
@@ -186,8 +194,7 @@ def load_whisper(settings: ModelSettings) -> tuple[Any, Any]:
         from whosaid.recognition.decoder_step import cpu_products
 
         logger.info("decoder products on this CPU at %d threads: %s", torch.get_num_threads(), cpu_products())
-    if model.device.type == "cpu":
-        page_in_weights(model)
+    page_in_weights(model)
     return model, processor
 
 
@@ -243,6 +250,5 @@ def load_assistant(name: str, main_model: Any, settings: ModelSettings) -> Any:
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the assistant model {name!r}: {error}") from error
     assistant = assistant.to(settings.resolved_device()).eval()
-    if assistant.device.type == "cpu":
-        page_in_weights(assistant)
+    page_in_weights(assistant)
     return assistant
