@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
-import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+from benchmarks.timing import median_seconds
 from whosaid.audio.loading import load_audio_file
 from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
 
@@ -41,16 +40,10 @@ def windows(count: int) -> torch.Tensor:
 def seconds(
     embedder: CamPlusPlusEmbedding, waveforms: torch.Tensor, masks: Optional[torch.Tensor], repeats: int
 ) -> tuple[float, float]:
-    """Median wall-clock and CPU seconds of one call (CPU time: all threads of this process, the
-    part of the cost that other processes on a shared machine do not inflate)."""
+    """Median wall-clock and CPU seconds of one call, after one call to warm up."""
     embedder(waveforms, masks)
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        embedder(waveforms, masks)
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
+    _, wall_s, cpu_s = median_seconds(lambda: embedder(waveforms, masks), repeats)
+    return wall_s, cpu_s
 
 
 def main() -> None:

@@ -30,11 +30,12 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
+
+from benchmarks.timing import median_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 AMI_DIR = REPO / "tests" / "data" / "ami"
@@ -90,17 +91,6 @@ def der(reference: list[tuple[float, float, str]], turns, duration_s: float, met
     return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
 
 
-def timed(run, repeats: int) -> tuple[Any, float, float]:
-    """`run()`'s result and its median wall and CPU seconds over `repeats` calls."""
-    walls, cpus = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        result = run()
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - start_cpu)
-    return result, float(np.median(walls)), float(np.median(cpus))
-
-
 def measure(
     seconds: int,
     threads: int,
@@ -121,7 +111,7 @@ def measure(
     diarizer.diarize(Audio(warm), SpeakerHints())
     samples, reference = build_clip(seconds)
     audio = Audio(samples)
-    diarization, wall_s, cpu_s = timed(lambda: diarizer.diarize(audio, SpeakerHints()), repeats)
+    diarization, wall_s, cpu_s = median_seconds(lambda: diarizer.diarize(audio, SpeakerHints()), repeats)
     row = {
         "clip_s": seconds,
         "step_s": diarizer.step_s(audio.duration_s),
@@ -157,7 +147,7 @@ def time_asr(model_dir: str, audio, warm: np.ndarray, repeats: int = 1) -> tuple
     engine = Engine.from_settings(ModelSettings(asr_model=model_dir, diarization_model=None))
     config, _ = engine.parse_parameters({"language": "en", "batch_size": 8})
     engine.transcribe(Audio(warm), config)
-    _, wall_s, cpu_s = timed(lambda: engine.transcribe(audio, config), repeats)
+    _, wall_s, cpu_s = median_seconds(lambda: engine.transcribe(audio, config), repeats)
     return wall_s, cpu_s
 
 
