@@ -24,6 +24,10 @@ def test_int8_quantizes_every_linear_layer_and_still_transcribes(tiny_whisper, s
     rowwise = rowwise_int8_linear_class()
     assert any(type(m) is rowwise for m in encoder)
     assert not any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in encoder)
+    # The cross-attention keys and values, computed from the encoder's frames, are quantized per frame too.
+    cross = [layer.encoder_attn for layer in model.get_decoder().layers]
+    assert all(type(a.k_proj) is rowwise and type(a.v_proj) is rowwise for a in cross)
+    assert all(isinstance(a.q_proj, torch.ao.nn.quantized.dynamic.Linear) for a in cross)
     decoder = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert decoder and all(
         m.weight().qscheme() == torch.per_channel_affine and m.weight().q_per_channel_scales().numel() > 1
@@ -55,6 +59,46 @@ def test_rowwise_int8_rows_are_quantized_each_on_their_own_scale() -> None:
     assert layer(quiet[None]).shape == (1, 5, 48)  # (batch, frames, features) in and out
 
 
+def test_rowwise_int8_blocks_of_rows_give_the_same_values() -> None:
+    """More rows than one block (a batch's cross-attention frames) are multiplied block by block,
+    each block as if alone: the same values, the last, partial block included."""
+    import torch
+
+    from whosaid.recognition.loading import ROWWISE_BLOCK_ROWS, rowwise_int8_linear_class
+
+    generator = torch.Generator().manual_seed(4)
+    linear = torch.nn.Linear(32, 24)
+    layer = rowwise_int8_linear_class()(linear)
+    rows = torch.randn(2 * ROWWISE_BLOCK_ROWS + 17, 32, generator=generator)
+    with torch.inference_mode():
+        whole = layer(rows[None])[0]
+        parts = torch.cat([layer(rows[i : i + 100]) for i in range(0, rows.shape[0], 100)])
+    assert whole.shape == (rows.shape[0], 24)
+    assert torch.equal(whole, parts)
+
+
+def test_int8_self_attention_projections_fuse_exactly(tiny_whisper) -> None:
+    """The decoder step computes an int8 layer's q, k and v from one fused layer: the same values
+    as the three layers, bit for bit (they share the input's scale, each weight row keeps its own)."""
+    import torch
+
+    from whosaid.config import ModelSettings
+    from whosaid.recognition.decoder_step import _FusedProjection
+    from whosaid.recognition.loading import load_whisper
+
+    model, _ = load_whisper(
+        ModelSettings(asr_model=str(tiny_whisper("speed-main", seed=5)), device="cpu", quantization="int8")
+    )
+    attention = model.get_decoder().layers[0].self_attn
+    fused = _FusedProjection(attention)
+    assert fused.quantized is not None
+    hidden = torch.randn(3, 2, attention.q_proj.in_features, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        together = fused(hidden)
+        apart = (attention.q_proj(hidden), attention.k_proj(hidden), attention.v_proj(hidden))
+    assert all(torch.equal(a, b) for a, b in zip(together, apart, strict=True))
+
+
 def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> None:
     # float16 on the CPU stands for every set-up int8 is not for: CUDA cannot be tried here, and
     # DEVICE=cuda without a usable GPU is refused earlier, by the device check.
@@ -77,7 +121,8 @@ def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, q
     measured rates. int8's bound is looser: its matrix products run on whichever integer kernels the
     CPU has (AVX2, AVX-512 VNNI, AMX), which round differently, so its transcript moves from one
     CPU to another (0.185 to 0.210 measured with one activation scale per encoder window; 0.185
-    with one per frame on an AMX Xeon), while float32's stays put."""
+    with one per frame on an AMX Xeon, 0.173 with the cross-attention keys and values per frame
+    too), while float32's stays put."""
     import re
 
     import jiwer

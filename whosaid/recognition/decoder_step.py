@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 
 def project(linear: Any, hidden: Any) -> Any:
@@ -43,6 +43,33 @@ def project(linear: Any, hidden: Any) -> Any:
     if type(linear) is not torch.nn.Linear:
         return linear(hidden)
     return affine(linear.weight, linear.bias, hidden)
+
+
+def fused_dynamic_int8(parts: Sequence[Any]) -> Optional[Any]:
+    """One dynamic int8 layer computing the outputs of `parts` side by side, when each is one with
+    one weight scale per output channel (`quantize_int8`'s): they quantize the same input on the
+    same scale, so the fused layer's outputs are theirs exactly, from one call. None otherwise."""
+    import torch
+
+    dynamic = torch.ao.nn.quantized.dynamic.Linear
+    if not all(type(part) is dynamic for part in parts):
+        return None
+    weights = [part.weight() for part in parts]
+    if not all(w.qscheme() == torch.per_channel_affine and w.q_per_channel_axis() == 0 for w in weights):
+        return None
+    weight = torch._make_per_channel_quantized_tensor(
+        torch.cat([w.int_repr() for w in weights]),
+        torch.cat([w.q_per_channel_scales() for w in weights]).double(),
+        torch.cat([w.q_per_channel_zero_points() for w in weights]).long(),
+        0,
+    )
+    biases = [
+        part.bias() if part.bias() is not None else torch.zeros(w.shape[0])
+        for part, w in zip(parts, weights, strict=True)
+    ]
+    fused = dynamic(weight.shape[1], weight.shape[0], dtype=torch.qint8)
+    fused.set_weight_bias(weight, torch.cat(biases).float())
+    return fused
 
 
 def affine(weight: Any, bias: Optional[Any], hidden: Any) -> Any:
@@ -160,7 +187,8 @@ SELF_CACHE_FIRST_POSITIONS = 64
 
 class _FusedProjection:
     """q, k and v of one self-attention layer from one product, when all three are plain linear
-    layers (k has no bias in Whisper: a zero bias adds nothing); else the three modules."""
+    layers (k has no bias in Whisper: a zero bias adds nothing) or int8 ones that fuse exactly
+    (`fused_dynamic_int8`); else the three modules."""
 
     def __init__(self, attention: Any) -> None:
         import torch
@@ -169,14 +197,19 @@ class _FusedProjection:
         parts = (attention.q_proj, attention.k_proj, attention.v_proj)
         self.weight: Optional[Any] = None
         self.bias: Optional[Any] = None
+        self.quantized: Optional[Any] = None
         if all(type(part) is torch.nn.Linear for part in parts):
             with torch.no_grad():
                 self.weight = torch.cat([part.weight for part in parts])
                 self.bias = torch.cat(
                     [part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0]) for part in parts]
                 )
+        else:
+            self.quantized = fused_dynamic_int8(parts)
 
     def __call__(self, hidden: Any) -> tuple[Any, Any, Any]:
+        if self.quantized is not None:
+            return project(self.quantized, hidden).chunk(3, dim=-1)
         if self.weight is None:
             attention = self.attention
             return (

@@ -45,7 +45,9 @@ def quantize_int8(model: Any) -> None:
     - The encoder's layers quantize each frame with its own scale (`rowwise_int8_linear_class`):
       torch's dynamic layers take one scale for all 1500 frames of a window, set by the loudest
       frames, and most of int8's loss in word error rate came from there.
-    - The decoder's layers are torch's dynamic ones (fbgemm): at 1-8 rows a step they are about
+    - So do the decoder's cross-attention keys and values, computed once per batch from the
+      encoder's frames (the batch's windows no longer share one scale).
+    - The decoder's other layers are torch's dynamic ones (fbgemm): at 1-8 rows a step they are about
       three times faster than the integer product below, and one scale per step's rows costs little.
 
     WER and times of each choice: benchmarks/README.md, "Numbers behind the code's choices"."""
@@ -54,7 +56,11 @@ def quantize_int8(model: Any) -> None:
     import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    replace_encoder_linears(model, rowwise_int8_linear_class())
+    rowwise = rowwise_int8_linear_class()
+    replace_encoder_linears(model, rowwise)
+    for layer in model.get_decoder().layers:
+        layer.encoder_attn.k_proj = rowwise(layer.encoder_attn.k_proj)
+        layer.encoder_attn.v_proj = rowwise(layer.encoder_attn.v_proj)
     with warnings.catch_warnings():
         # torch.ao.quantization announces its move to torchao; torch is pinned (2.10), where it
         # still works, and torchao's int8 path would be one more dependency.
@@ -80,6 +86,11 @@ def symmetric_int8(rows: Any) -> tuple[Any, Any]:
     return torch.round(rows / scale).clamp_(-127, 127).to(torch.int8), scale
 
 
+# A rowwise int8 layer takes at most this many rows at once: one window's 1500 frames, not the
+# 12000 of a batch's cross-attention keys, whose passes over float32 copies leave the caches.
+ROWWISE_BLOCK_ROWS = 2048
+
+
 @functools.lru_cache(maxsize=1)
 def rowwise_int8_linear_class() -> type:
     import torch
@@ -99,9 +110,18 @@ def rowwise_int8_linear_class() -> type:
             self.register_buffer("bias", bias)
 
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-            quantized, scale = symmetric_int8(hidden.reshape(-1, self.in_features))
-            output = torch.addcmul(self.bias, torch._int_mm(quantized, self.weight_t), scale * self.weight_scale)
+            rows = hidden.reshape(-1, self.in_features)
+            if rows.shape[0] <= ROWWISE_BLOCK_ROWS:
+                output = self._product(rows)
+            else:  # Rows are independent: in blocks that stay in the caches, the same values.
+                output = rows.new_empty((rows.shape[0], self.out_features))
+                for start in range(0, rows.shape[0], ROWWISE_BLOCK_ROWS):
+                    output[start : start + ROWWISE_BLOCK_ROWS] = self._product(rows[start : start + ROWWISE_BLOCK_ROWS])
             return output.reshape(*hidden.shape[:-1], self.out_features)
+
+        def _product(self, rows: torch.Tensor) -> torch.Tensor:
+            quantized, scale = symmetric_int8(rows)
+            return torch.addcmul(self.bias, torch._int_mm(quantized, self.weight_t), scale * self.weight_scale)
 
     return RowwiseInt8Linear
 
