@@ -238,3 +238,28 @@ def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: floa
     spans = [Span(s.start_s, s.end_s, recognizer.text(s.tokens), (), "en") for s in recognizer.segments(window, tokens)]
     return clean_chunks(spans, duration_s)
 
+
+
+def test_the_first_window_goes_alone_only_when_someone_waits_for_it(tiny_en_engine, sample_audio, monkeypatch) -> None:
+    """The sample four times over (four windows), batch 8: a plain request decodes them in one
+    batch; a listener for each window's text (a stream, progress) or an initial prompt (which
+    conditions the first window alone) has the first decoded on its own, then the other three."""
+    recognizer = tiny_en_engine.recognizer
+    audio = audio_from_array(np.tile(sample_audio.samples, 4), RATE)
+    batches: list[int] = []
+    decode_windows = recognizer._transcribe_windows
+
+    def recorded(audio, windows, *args, **kwargs):
+        batches.append(len(windows))
+        return decode_windows(audio, windows, *args, **kwargs)
+
+    monkeypatch.setattr(recognizer, "_transcribe_windows", recorded)
+    plain = config(language="en", batch_size=8)
+    recognizer.transcribe(audio, plain)
+    assert batches == [4]
+    batches.clear()
+    recognizer.transcribe(audio, plain, on_window=lambda spans: None)
+    assert batches == [1, 3]
+    batches.clear()
+    recognizer.transcribe(audio, config(language="en", batch_size=8, initial_prompt="Diane and Sheila."))
+    assert batches == [1, 3]

@@ -1,6 +1,7 @@
 """`stream=true` on /v1/audio/transcriptions, read by the real openai SDK from a real server
 (whisper-tiny.en's real weights, the built-in diarizer): text deltas arrive while the job still
-runs, join into the done event's text, which is the non-streaming answer's; diarized_json adds
+runs, join into the done event's text, which is the non-streaming answer's (up to float rounding
+where the two decode different batches); diarized_json adds
 the same speaker segments the non-streaming call returns; a client that leaves stops its job."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import requests
 from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
 
+from benchmarks.wer import word_error_rate
 from tests.support.audio_files import encode
 from tests.support.server import cpu_server, threaded_server, tiny_en_with_builtin_diarizer, wait_until
 from whosaid.audio.loading import load_audio_file
@@ -88,7 +90,9 @@ def test_a_long_recording_streams_a_delta_per_window_the_first_one_alone(server:
     """Five AMI snippets end to end (2.5 minutes, five windows), the default batch size: the
     first window is decoded on its own, so its text is the first delta, sent while the rest is
     still being decoded; every window then has a delta of its own, and they join into the
-    non-streamed text. The non-streamed segments (which carry times) show what the first covers."""
+    done event's text. The non-streamed answer decodes the five windows in one batch (nobody
+    waits for its first words): the same words but where float rounding moves one (none here
+    on the machines measured), and its segments, which carry times, show what the first delta covers."""
     names = ("trn00", "trn03", "trn05", "trn06", "trn09")  # the snippets with the most speech
     snippets = [load_audio_file(Path(__file__).parent / "data" / "ami" / f"ami_{name}.wav") for name in names]
     samples = np.concatenate([snippet.samples for snippet in snippets])
@@ -108,12 +112,13 @@ def test_a_long_recording_streams_a_delta_per_window_the_first_one_alone(server:
     )
 
     deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
-    assert events[-1].type == "transcript.text.done" and "".join(deltas) == events[-1].text == answer.text
+    assert events[-1].type == "transcript.text.done" and "".join(deltas) == events[-1].text
+    assert word_error_rate(answer.text, events[-1].text) <= 0.05
     assert running_at_first_delta == 1
     # One delta per window: every window of these meetings holds words.
     assert len(deltas) == len(windows)
     first_window = "".join(segment.text for segment in answer.segments if segment.start < windows[0].end_s)
-    assert deltas[0] == first_window.strip()
+    assert word_error_rate(first_window, deltas[0]) <= 0.1
 
 
 def test_the_first_window_is_decoded_alone_then_full_batches() -> None:
@@ -122,6 +127,10 @@ def test_the_first_window_is_decoded_alone_then_full_batches() -> None:
     assert [len(batch) for batch in window_batches(windows, 2)] == [1, 2, 2, 1]
     assert [batch[0] for batch in window_batches(windows, 4)] == [windows[0], windows[1], windows[5]]
     assert window_batches([], 24) == []
+    # Nobody waiting for the first text (no stream, progress or prompt): full batches.
+    assert [len(batch) for batch in window_batches(windows, 24, first_alone=False)] == [6]
+    assert [len(batch) for batch in window_batches(windows, 4, first_alone=False)] == [4, 2]
+    assert window_batches([], 4, first_alone=False) == []
 
 
 def test_diarized_stream_sends_the_speaker_segments_of_the_non_streaming_answer(

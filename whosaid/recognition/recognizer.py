@@ -134,7 +134,7 @@ class SpeechRecognizer:
         """`should_stop` is checked before each window batch: a job stopped there (time budget
         spent, client gone, shutdown) raises its JobStoppedError and frees the models.
         `on_window` gets each window's spans (none for a silent window) once its batch is
-        decoded, in order (streamed responses, progress); the first batch is one window
+        decoded, in order (streamed responses, progress); then the first batch is one window
         (window_batches), so the first text comes after one window's decoding."""
         options = self.decoding_options(config)
         language = options.language
@@ -143,7 +143,8 @@ class SpeechRecognizer:
         batch_size = 1 if assisted else config.effective_batch_size
         spans: list[Span] = []
         warnings: list[str] = []
-        for number, batch in enumerate(window_batches(windows, batch_size)):
+        first_alone = on_window is not None or bool(options.initial_prompt)
+        for number, batch in enumerate(window_batches(windows, batch_size, first_alone=first_alone)):
             if should_stop is not None:
                 should_stop.check()
             previous = self.previous_tokens(options, first_window=number == 0)
@@ -472,14 +473,22 @@ def _to_audio_times(
     return moved
 
 
-def window_batches(windows: Sequence[SpeechWindow], batch_size: int) -> list[Sequence[SpeechWindow]]:
-    """The windows in decoding order: the first on its own (its text comes after one window's
-    decoding, which is what a stream or a progress display waits for first, and an initial
-    prompt conditions it alone), then `batch_size` at a time. Streamed or not, a request decodes
-    the same batches, so a stream's text is the non-streamed answer's."""
+def window_batches(
+    windows: Sequence[SpeechWindow], batch_size: int, *, first_alone: bool = True
+) -> list[Sequence[SpeechWindow]]:
+    """The windows in decoding order, `batch_size` at a time; with `first_alone`, the first on
+    its own before them: its text then comes after one window's decoding, which is what a stream
+    or a progress display waits for first, and an initial prompt conditions it alone. Without a
+    stream, progress or prompt the windows go in full batches: a batch of 1 then 3 windows reads
+    every decoder weight in twice as many steps as one of 4 (benchmarks/README.md, "The first
+    window alone only for streams"). So a stream's text may differ from the non-streamed answer's
+    where a window's batch moves a token: in float32 only by float rounding (the same text in
+    every case measured); in int8 a batch's rows share the decoder layers' activation scale."""
     if not windows:
         return []
-    return [windows[:1]] + [windows[first : first + batch_size] for first in range(1, len(windows), batch_size)]
+    start = 1 if first_alone else 0
+    head = [windows[:1]] if first_alone else []
+    return head + [windows[first : first + batch_size] for first in range(start, len(windows), batch_size)]
 
 
 def _span_name(windows: Sequence[SpeechWindow]) -> str:
