@@ -73,7 +73,13 @@ def _whosaid_loader(
         config, _ = engine.parse_parameters(parameters(job))
 
         def run(samples: np.ndarray) -> Output:
+            from whosaid.runtime.memory import release_memory_after
+
             transcript = engine.transcribe(Audio(samples), config)
+            # As Engine.run ends every request the server and the CLI serve: after a minute of
+            # audio or more, freed heap blocks go back to the OS, so a repeat's peak is its own
+            # and not what the repeats before it left in glibc's arenas.
+            release_memory_after(transcript.duration_s)
             return {"text": transcript.text, "decoding": transcript.decoding}
 
         return run
