@@ -2,7 +2,7 @@
 snippets of tests/data/ami (no reference transcripts), each alone and all ten joined (5 minutes,
 8 windows, batched), decoded by whisper-base in float32 and in int8 (greedy with the beam
 fallback, batch 8, language en); the word error rate of int8's text against float32's. A measure
-of what quantization changes, on about 430 words alone and 500 joined, where pyannote's sample
+of what quantization changes, on about 430 words (alone or joined), where pyannote's sample
 holds 81: read beside the WER tables, not instead of them.
 
     python -m benchmarks.int8_agreement

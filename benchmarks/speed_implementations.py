@@ -59,6 +59,7 @@ def _whosaid_loader(
         from whosaid.audio.loading import Audio
         from whosaid.config import ModelSettings
         from whosaid.engine import Engine
+        from whosaid.runtime.memory import release_memory_after
 
         _torch_device_and_dtype(job.threads)
         # Explicit None: ASSISTANT_MODEL / DIARIZATION_MODEL in the caller's environment must not
@@ -73,8 +74,6 @@ def _whosaid_loader(
         config, _ = engine.parse_parameters(parameters(job))
 
         def run(samples: np.ndarray) -> Output:
-            from whosaid.runtime.memory import release_memory_after
-
             transcript = engine.transcribe(Audio(samples), config)
             # As Engine.run ends every request the server and the CLI serve: after a minute of
             # audio or more, freed heap blocks go back to the OS, so a repeat's peak is its own

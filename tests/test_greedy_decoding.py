@@ -239,7 +239,6 @@ def _clean(recognizer, window: SpeechWindow, tokens: list[int], duration_s: floa
     return clean_chunks(spans, duration_s)
 
 
-
 def test_the_first_window_goes_alone_only_when_someone_waits_for_it(tiny_en_engine, sample_audio, monkeypatch) -> None:
     """The sample four times over (four windows), batch 8: a plain request decodes them in one
     batch; a listener for each window's text (a stream, progress) or an initial prompt (which

@@ -1,8 +1,8 @@
 """`stream=true` on /v1/audio/transcriptions, read by the real openai SDK from a real server
 (whisper-tiny.en's real weights, the built-in diarizer): text deltas arrive while the job still
 runs, join into the done event's text, which is the non-streaming answer's (up to float rounding
-where the two decode different batches); diarized_json adds
-the same speaker segments the non-streaming call returns; a client that leaves stops its job."""
+where the two decode different batches); diarized_json adds the same speaker segments the
+non-streaming call returns; a client that leaves stops its job."""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def fused_dynamic_int8(parts: Sequence[Any]) -> Optional[Any]:
         return None
     weight = torch._make_per_channel_quantized_tensor(
         torch.cat([w.int_repr() for w in weights]),
-        torch.cat([w.q_per_channel_scales() for w in weights]).double(),
-        torch.cat([w.q_per_channel_zero_points() for w in weights]).long(),
+        torch.cat([w.q_per_channel_scales() for w in weights]),
+        torch.cat([w.q_per_channel_zero_points() for w in weights]),
         0,
     )
     biases = [
