@@ -152,8 +152,14 @@ def time_asr(model_dir: str, audio, warm: np.ndarray, repeats: int = 1) -> tuple
 
 
 def oracle_der(diarizer, audio, reference) -> float:
-    """DER of the same segmentation and reconstruction with each local speaker given the
-    reference speaker it overlaps most (pyannote's OracleClustering)."""
+    """DER of the same segmentation and reconstruction with reference (oracle) clustering."""
+    return der(reference, oracle_diarization(diarizer, audio, reference).turns, audio.duration_s)
+
+
+def oracle_diarization(diarizer, audio, reference):
+    """The built-in diarizer's segmentation and reconstruction with each local speaker given the
+    reference speaker it overlaps most (pyannote's OracleClustering): what a perfect clustering
+    of this segmentation gives. Its labels are SPEAKER_NN, not the reference's names."""
     import torch
     from pyannote.audio.pipelines.clustering import OracleClustering
     from pyannote.core import Annotation, Segment
@@ -168,8 +174,7 @@ def oracle_der(diarizer, audio, reference) -> float:
     clusters, _, _ = OracleClustering()(
         segmentations=segmentations, file=file, frames=diarizer.segmentation_model.receptive_field
     )
-    diarization = diarizer.reconstruct(segmentations, clusters, SpeakerHints(), audio.duration_s)
-    return der(reference, diarization.turns, audio.duration_s)
+    return diarizer.reconstruct(segmentations, clusters, SpeakerHints(), audio.duration_s)
 
 
 def main() -> None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speaker_hints import SpeakerHints
 from whosaid.speakers.builtin import BuiltinDiarizer
-from whosaid.speakers.known import SpeakerIdentifier, match_speakers, mean_voice, rename
+from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, match_speakers, mean_voice, rename
 
 FRAME_S = 0.01
 
@@ -79,13 +81,16 @@ def cut(audio: Audio, pieces: list[tuple[float, float]]) -> Audio:
 
 def tally(
     totals: dict[str, float], named: Diarization, reference: dict[str, np.ndarray], enrolled_from: dict[str, str],
-    file: str,
+    file: str, *, view: str = "exclusive",
 ) -> None:
     """Adds one snippet's seconds: enrolled speakers' time (outside their enrolment snippet) and
     how much of it carries their name (or another enrolled name); unenrolled speakers' time alone
-    (no enrolled speaker talking) and how much of it carries a name."""
+    (no enrolled speaker talking) and how much of it carries a name. `view`: "exclusive" labels
+    each instant with at most one speaker (what words are attributed on); "turns" is the
+    overlap-aware diarization (RTTM), where two people talking at once both carry their labels."""
     duration_s = len(next(iter(reference.values()))) * FRAME_S
-    named_system = activity([(t.start_s, t.end_s, t.speaker) for t in named.exclusive_turns], duration_s)
+    turns = named.exclusive_turns if view == "exclusive" else named.turns
+    named_system = activity([(t.start_s, t.end_s, t.speaker) for t in turns], duration_s)
     talking = sum(row.astype(int) for row in reference.values())
     enrolled_talking = sum((row for who, row in reference.items() if who in enrolled_from), np.zeros_like(talking))
     for who, row in reference.items():
@@ -106,20 +111,94 @@ def tally(
             totals["false_s"] += (free & labelled_name.astype(bool)).sum() * FRAME_S
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ami-dir", type=Path, default=Path("tests/data/ami"))
-    parser.add_argument("--threshold", type=float, help="default: the embedder's same_speaker_similarity")
-    parser.add_argument(
-        "--sweep", default="0.3,0.35,0.4,0.45,0.5,0.55,0.6", help="thresholds to score on the same diarizations"
-    )
-    args = parser.parse_args()
+def name_by_reference(diarization: Diarization, reference: dict[str, np.ndarray]) -> Diarization:
+    """Each diarized speaker named after the reference speaker it shares most time with, one to
+    one (Hungarian); perfect naming of a diarization."""
+    from scipy.optimize import linear_sum_assignment
 
-    references = read_rttm(args.ami_dir / "ami-train.rttm")
+    duration_s = len(next(iter(reference.values()))) * FRAME_S
+    system = activity([(t.start_s, t.end_s, t.speaker) for t in diarization.turns], duration_s)
+    speakers, people = sorted(system), sorted(reference)
+    if not speakers:
+        return diarization
+    shared = np.array([[(system[s] & reference[p]).sum() for p in people] for s in speakers])
+    rows, columns = linear_sum_assignment(shared, maximize=True)
+    return rename(diarization, {speakers[r]: people[c] for r, c in zip(rows, columns, strict=True)})
+
+
+@dataclass
+class Run:
+    """One snippet: its diarization, the speakers' embeddings, the reference activity, the
+    identities on the reference diarization, and the oracle-clustered diarization, named."""
+
+    file: str
+    diarization: Diarization
+    embeddings: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    oracle_identities: tuple
+    oracle_named: Diarization
+
+
+@dataclass
+class Measurement:
+    voices: list[KnownVoice]
+    enrolled_from: dict[str, str]
+    runs: list[Run]
+    piece_same: list[float] = field(default_factory=list)
+    piece_different: list[float] = field(default_factory=list)
+    same: list[float] = field(default_factory=list)
+    different: list[float] = field(default_factory=list)
+
+    def rates(self, threshold: float, view: str = "exclusive") -> dict[str, float]:
+        """accuracy, talking alone, wrong name and false names at `threshold` on `view`."""
+        totals: dict[str, float] = defaultdict(float)
+        for run in self.runs:
+            matches = match_speakers(run.embeddings, self.voices, threshold)
+            names = {s: m[0] for s, m in matches.items() if m[0] is not None}
+            tally(totals, rename(run.diarization, names), run.reference, self.enrolled_from, run.file, view=view)
+        return {
+            "accuracy": totals["right_s"] / totals["enrolled_s"],
+            "alone": totals["right_alone_s"] / totals["enrolled_alone_s"],
+            "wrong": totals["wrong_s"] / totals["enrolled_s"],
+            "false": totals["false_s"] / totals["unenrolled_s"],
+            "enrolled_s": totals["enrolled_s"],
+            "right_s": totals["right_s"],
+            "unenrolled_s": totals["unenrolled_s"],
+            "false_s": totals["false_s"],
+        }
+
+    def reference_diarization_accuracy(self, threshold: float) -> float:
+        """The matching alone: the reference speakers as the diarization, each named or not."""
+        right = enrolled = 0.0
+        for run in self.runs:
+            truth = {i.diarized_as: np.array(i.embedding) for i in run.oracle_identities if i.embedding}
+            matches = match_speakers(truth, self.voices, threshold)
+            for speaker, row in run.reference.items():
+                if speaker in self.enrolled_from and self.enrolled_from[speaker] != run.file:
+                    enrolled += row.sum() * FRAME_S
+                    right += row.sum() * FRAME_S * (matches.get(speaker, (None,))[0] == speaker)
+        return right / enrolled
+
+    def segmentation_cap(self, view: str = "exclusive") -> float:
+        """The accuracy of the diarizer's own segmentation with oracle clustering and perfect
+        names: what better clustering or matching could reach at most, near enough."""
+        totals: dict[str, float] = defaultdict(float)
+        for run in self.runs:
+            tally(totals, run.oracle_named, run.reference, self.enrolled_from, run.file, view=view)
+        return totals["right_s"] / totals["enrolled_s"]
+
+
+def measure(ami_dir: Path, threshold: Optional[float] = None, *, verbose: bool = True) -> tuple[Measurement, float]:
+    """Enrols the recurring speakers, diarizes and names every snippet; (the measurement, the
+    threshold the identifier used)."""
+    from benchmarks.diarization import oracle_diarization
+
+    say = print if verbose else (lambda *args: None)
+    references = read_rttm(ami_dir / "ami-train.rttm")
     files = sorted(references)
-    audios = {file: load_audio_file(args.ami_dir / f"ami_{file}.wav") for file in files}
+    audios = {file: load_audio_file(ami_dir / f"ami_{file}.wav") for file in files}
     diarizer = BuiltinDiarizer.load()
-    identifier = SpeakerIdentifier(diarizer.embedding, VoiceActivityDetector.load(), threshold=args.threshold)
+    identifier = SpeakerIdentifier(diarizer.embedding, VoiceActivityDetector.load(), threshold=threshold)
 
     heard_in: dict[str, list[str]] = defaultdict(list)
     for file in files:
@@ -140,17 +219,17 @@ def main() -> None:
             try:
                 voices.append(mean_voice(speaker, [identifier.embed_reference(speaker, cut(audios[file], pieces))]))
             except ValueError as error:  # InvalidAudioError: under 1 s of speech
-                print(f"{speaker}: not from {file} ({error})")
+                say(f"{speaker}: not from {file} ({error})")
                 continue
             enrolled_from[speaker] = file
-            print(f"enrolled {speaker} from {file}: {len(pieces)} clean pieces, {sum(e - s for s, e in pieces):.2f} s")
+            say(f"enrolled {speaker} from {file}: {len(pieces)} clean pieces, {sum(e - s for s, e in pieces):.2f} s")
             break
         else:
-            print(f"not enrolled: {speaker}")
+            say(f"not enrolled: {speaker}")
+    result = Measurement(voices, enrolled_from, [])
 
     # Oracle segments: every clean reference piece of at least 1 s, outside the enrolment snippet.
     # (Scores of pieces not enrolled at all count as different.)
-    piece_same, piece_different = [], []
     for file in files:
         for speaker in sorted({who for _, _, who in references[file]}):
             for piece in clean_pieces(references[file], speaker, 1.0):
@@ -158,17 +237,14 @@ def main() -> None:
                     continue
                 vector = identifier.embed_samples(cut(audios[file], [piece]).samples)
                 for voice in voices:
-                    (piece_same if voice.name == speaker else piece_different).append(float(vector @ voice.embedding))
+                    scores = result.piece_same if voice.name == speaker else result.piece_different
+                    scores.append(float(vector @ voice.embedding))
 
-    same, different = [], []
-    totals = defaultdict(float)
-    oracle = defaultdict(float)
-    runs = []
     for file in files:
         audio = audios[file]
         diarization = diarizer.diarize(audio, SpeakerHints())
         embeddings = identifier.speaker_embeddings(audio, diarization)
-        named, identities = identifier.identify(audio, diarization, voices)
+        _, identities = identifier.identify(audio, diarization, voices)
         reference = activity(references[file], audio.duration_s)
         system = activity([(t.start_s, t.end_s, t.speaker) for t in diarization.exclusive_turns], audio.duration_s)
         for speaker, vector in embeddings.items():
@@ -176,10 +252,10 @@ def main() -> None:
             for voice in voices:
                 score = float(vector @ voice.embedding)
                 if voice.name == mapped and enrolled_from.get(mapped) != file:
-                    same.append(score)
+                    result.same.append(score)
                 elif voice.name != mapped:
-                    different.append(score)
-        print(file, ", ".join(f"{i.diarized_as}->{i.name} ({i.similarity})" for i in identities))
+                    result.different.append(score)
+        say(file, ", ".join(f"{i.diarized_as}->{i.name} ({i.similarity})" for i in identities))
         # The matching alone: the reference speakers as the diarization (clean pieces as the
         # exclusive view), each named or not as a whole.
         truth = Diarization(
@@ -192,16 +268,20 @@ def main() -> None:
             ),
         )
         _, oracle_identities = identifier.identify(audio, truth, voices, with_embeddings=True)
-        for identity in oracle_identities:
-            seconds = reference[identity.diarized_as].sum() * FRAME_S
-            if identity.diarized_as in enrolled_from and enrolled_from[identity.diarized_as] != file:
-                oracle["enrolled_s"] += seconds
-                oracle["right_s"] += seconds * (identity.name == identity.diarized_as)
-            elif identity.diarized_as not in enrolled_from:
-                oracle["unenrolled_s"] += seconds
-                oracle["false_s"] += seconds * (identity.name is not None)
-        tally(totals, named, reference, enrolled_from, file)
-        runs.append((file, diarization, embeddings, reference, oracle_identities))
+        oracle_named = name_by_reference(oracle_diarization(diarizer, audio, references[file]), reference)
+        result.runs.append(Run(file, diarization, embeddings, reference, oracle_identities, oracle_named))
+    return result, identifier.threshold
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ami-dir", type=Path, default=Path("tests/data/ami"))
+    parser.add_argument("--threshold", type=float, help="default: the embedder's same_speaker_similarity")
+    parser.add_argument(
+        "--sweep", default="0.3,0.35,0.4,0.45,0.5,0.55,0.6", help="thresholds to score on the same diarizations"
+    )
+    args = parser.parse_args()
+    result, threshold = measure(args.ami_dir, args.threshold)
 
     def describe(scores: list[float]) -> str:
         values = np.array(scores)
@@ -210,47 +290,33 @@ def main() -> None:
             f"max {values.max():.3f}"
         )
 
-    print(f"\nthreshold {identifier.threshold}")
-    print(f"clean reference pieces >= 1 s vs enrolled voices: same {describe(piece_same)}")
-    print(f"    different {describe(piece_different)}")
-    print(f"    same below threshold: {sum(s < identifier.threshold for s in piece_same)}; different at or above: "
-          f"{sum(d >= identifier.threshold for d in piece_different)}")
+    print(f"\nthreshold {threshold}")
+    print(f"clean reference pieces >= 1 s vs enrolled voices: same {describe(result.piece_same)}")
+    print(f"    different {describe(result.piece_different)}")
+    print(f"    same below threshold: {sum(s < threshold for s in result.piece_same)}; different at or above: "
+          f"{sum(d >= threshold for d in result.piece_different)}")
     print("diarized speakers vs enrolled voices:")
-    print(f"same speaker:      {describe(same)}")
-    print(f"different speaker: {describe(different)}")
-    print(f"same below threshold: {sum(s < identifier.threshold for s in same)}; different at or above: "
-          f"{sum(d >= identifier.threshold for d in different)}")
-    print(f"identification accuracy: {totals['right_s'] / totals['enrolled_s']:.3f} "
-          f"({totals['right_s']:.1f} of {totals['enrolled_s']:.1f} s); talking alone: "
-          f"{totals['right_alone_s'] / totals['enrolled_alone_s']:.3f} of {totals['enrolled_alone_s']:.1f} s")
-    print(f"wrong-name rate: {totals['wrong_s'] / totals['enrolled_s']:.3f}")
-    print(f"false-name rate: {totals['false_s'] / totals['unenrolled_s']:.3f} "
-          f"({totals['false_s']:.1f} of {totals['unenrolled_s']:.1f} s of unenrolled speakers talking)")
-    print(f"on the reference diarization: accuracy {oracle['right_s'] / oracle['enrolled_s']:.3f} of "
-          f"{oracle['enrolled_s']:.1f} s, false names {oracle['false_s'] / oracle['unenrolled_s']:.3f} of "
-          f"{oracle['unenrolled_s']:.1f} s")
+    print(f"same speaker:      {describe(result.same)}")
+    print(f"different speaker: {describe(result.different)}")
+    print(f"same below threshold: {sum(s < threshold for s in result.same)}; different at or above: "
+          f"{sum(d >= threshold for d in result.different)}")
+    for view in ("exclusive", "turns"):
+        rates = result.rates(threshold, view)
+        print(f"{view}: identification accuracy {rates['accuracy']:.3f} ({rates['right_s']:.1f} of "
+              f"{rates['enrolled_s']:.1f} s); talking alone {rates['alone']:.3f}; wrong name {rates['wrong']:.3f}; "
+              f"false names {rates['false']:.3f} ({rates['false_s']:.1f} of {rates['unenrolled_s']:.1f} s); "
+              f"the segmentation with oracle clustering and names: {result.segmentation_cap(view):.3f}")
 
-    print("\n| threshold | accuracy | talking alone | wrong name | false names | accuracy, reference diarization |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for threshold in (float(value) for value in args.sweep.split(",")):
-        swept: dict[str, float] = defaultdict(float)
-        oracle_right = 0.0
-        for file, diarization, embeddings, reference, _ in runs:
-            names = {s: m[0] for s, m in match_speakers(embeddings, voices, threshold).items() if m[0] is not None}
-            tally(swept, rename(diarization, names), reference, enrolled_from, file)
-        for file, _, _, reference, oracle_identities in runs:
-            truth_embeddings = {i.diarized_as: np.array(i.embedding) for i in oracle_identities if i.embedding}
-            for speaker, (name, _) in match_speakers(truth_embeddings, voices, threshold).items():
-                if speaker in enrolled_from and enrolled_from[speaker] != file and name == speaker:
-                    oracle_right += reference[speaker].sum() * FRAME_S
+    print("\n| threshold | accuracy | talking alone | wrong name | false names | accuracy, overlap-aware turns "
+          "| accuracy, reference diarization |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for value in (float(v) for v in args.sweep.split(",")):
+        rates, turns = result.rates(value), result.rates(value, "turns")
         print(
-            f"| {threshold:.2f} | {swept['right_s'] / swept['enrolled_s']:.3f} | "
-            f"{swept['right_alone_s'] / swept['enrolled_alone_s']:.3f} | "
-            f"{swept['wrong_s'] / swept['enrolled_s']:.3f} | "
-            f"{swept['false_s'] / swept['unenrolled_s']:.3f} | {oracle_right / oracle['enrolled_s']:.3f} |"
+            f"| {value:.2f} | {rates['accuracy']:.3f} | {rates['alone']:.3f} | {rates['wrong']:.3f} | "
+            f"{rates['false']:.3f} | {turns['accuracy']:.3f} | {result.reference_diarization_accuracy(value):.3f} |"
         )
 
 
 if __name__ == "__main__":
     main()
-

@@ -236,6 +236,35 @@ def snippet(file: str, seconds: float) -> bytes:
     return wav_bytes(load_audio_file(AMI / f"ami_{file}.wav").samples[: int(seconds * 16_000)])
 
 
+@pytest.mark.slow
+def test_identification_on_the_ami_snippets_stays_as_measured() -> None:
+    """The issue's measurement (benchmarks/known_speakers.py, benchmarks/README.md "Known
+    speakers"): each recurring speaker enrolled from one snippet, the ten snippets diarized and
+    named. The bounds sit near the measured figures, each about a second of speech or more away."""
+    from benchmarks.known_speakers import measure
+
+    result, threshold = measure(AMI, verbose=False)
+    assert threshold == 0.5
+    assert sorted(result.enrolled_from) == ["FEE083", "FEE087", "FEE088", "MEE067", "MEE068", "MEO086", "MÉO069"]
+    exclusive, turns = result.rates(threshold), result.rates(threshold, "turns")
+    assert exclusive["enrolled_s"] == pytest.approx(59.0, abs=0.1)
+    # Measured: 0.452 (26.7 s) on the exclusive view, 0.478 on the overlap-aware turns.
+    assert 0.40 <= exclusive["accuracy"] <= 0.52, exclusive
+    assert 0.42 <= turns["accuracy"] <= 0.55, turns
+    # Measured: 0.029 (1.3 s of 44.5 s).
+    assert exclusive["false"] <= 0.05, exclusive
+    # No different-speaker score reaches the threshold (measured: at most 0.34 on clean pieces,
+    # 0.48 on diarized speakers).
+    assert max(result.piece_different) < threshold and max(result.different) < threshold
+    # The matching alone, on the reference diarization: 0.645 at the default, 0.896 at 0.3.
+    assert result.reference_diarization_accuracy(threshold) >= 0.6
+    assert result.reference_diarization_accuracy(0.3) >= 0.85
+    # What keeps the goal (0.90) out of reach: the diarizer's own segmentation, clustered by the
+    # reference and perfectly named, gives 0.637 (exclusive) and 0.663 (turns).
+    assert 0.58 <= result.segmentation_cap() <= 0.70
+    assert 0.60 <= result.segmentation_cap("turns") <= 0.72
+
+
 API_KEY = "known-speakers-key"
 
 
