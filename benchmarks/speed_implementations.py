@@ -121,8 +121,12 @@ def _load_transformers_pipeline(job: Job, num_beams: Optional[int] = None) -> Ru
     return run
 
 
-def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[Job], Runner]:
-    """`beam_size` 5 is faster-whisper's default; 1 is greedy."""
+def _faster_whisper_loader(
+    compute_type: str, beam_size: int = 5, *, without_timestamps: bool = True
+) -> Callable[[Job], Runner]:
+    """`beam_size` 5 is faster-whisper's default; 1 is greedy. `without_timestamps` True is the
+    batched pipeline's default (its segments then carry only the speech regions' times); False
+    decodes Whisper's timestamp tokens, as this project does for its chunks' times."""
 
     def load(job: Job) -> Runner:
         import ctranslate2
@@ -140,7 +144,13 @@ def _faster_whisper_loader(compute_type: str, beam_size: int = 5) -> Callable[[J
         batched = BatchedInferencePipeline(model)
 
         def run(samples: np.ndarray) -> Output:
-            segments, _ = batched.transcribe(samples, language="en", batch_size=job.batch_size, beam_size=beam_size)
+            segments, _ = batched.transcribe(
+                samples,
+                language="en",
+                batch_size=job.batch_size,
+                beam_size=beam_size,
+                without_timestamps=without_timestamps,
+            )
             return {"text": "".join(segment.text for segment in segments)}  # segments are lazy
 
         return run
@@ -222,6 +232,15 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "float32",
         ),
         Implementation(
+            "faster-whisper-fp32-greedy-timestamps",
+            "asr",
+            "the same with beam_size=1 and without_timestamps=False: Whisper's timestamp tokens decoded, as this "
+            "project decodes them",
+            _faster_whisper_loader("float32", beam_size=1, without_timestamps=False),
+            "greedy, timestamp tokens",
+            "float32",
+        ),
+        Implementation(
             "faster-whisper-int8",
             "asr",
             "faster-whisper BatchedInferencePipeline, CTranslate2 original, int8, language en, default beam_size",
@@ -235,6 +254,15 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "the same with beam_size=1",
             _faster_whisper_loader("int8", beam_size=1),
             "greedy",
+            "int8",
+        ),
+        Implementation(
+            "faster-whisper-int8-greedy-timestamps",
+            "asr",
+            "the same with beam_size=1 and without_timestamps=False: Whisper's timestamp tokens decoded, as this "
+            "project decodes them",
+            _faster_whisper_loader("int8", beam_size=1, without_timestamps=False),
+            "greedy, timestamp tokens",
             "int8",
         ),
         Implementation(

@@ -19,6 +19,8 @@ COMPARISONS = [
     ("whosaid", "faster-whisper-fp32-greedy", "same strategy (greedy), float32"),
     ("whosaid", "transformers-greedy", "same strategy (greedy), float32"),
     ("whosaid-int8", "faster-whisper-int8-greedy", "same strategy (greedy), int8"),
+    ("whosaid", "faster-whisper-fp32-greedy-timestamps", "same strategy and tokens (greedy, timestamps), float32"),
+    ("whosaid-int8", "faster-whisper-int8-greedy-timestamps", "same strategy and tokens (greedy, timestamps), int8"),
     ("whosaid", "faster-whisper-fp32", "own defaults, float32"),
     ("whosaid", "transformers", "own defaults, float32"),
     ("whosaid-int8", "faster-whisper-int8", "own defaults, int8"),

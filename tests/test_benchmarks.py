@@ -18,6 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 ASR_IMPLEMENTATIONS = (
     "whosaid", "whosaid-int8", "transformers", "transformers-greedy",
     "faster-whisper-fp32", "faster-whisper-fp32-greedy", "faster-whisper-int8", "faster-whisper-int8-greedy",
+    "faster-whisper-fp32-greedy-timestamps", "faster-whisper-int8-greedy-timestamps",
 )
 SCRIPT_TIMEOUT_S = 600  # a hung script fails the test instead of the whole run
 
