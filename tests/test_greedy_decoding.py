@@ -96,34 +96,57 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("rows", [1, 4, 9])
 @pytest.mark.parametrize("in_blocks", [True, False])
-@pytest.mark.parametrize("on_the_left", [True, False])
-def test_each_cpu_product_is_the_linear_layers(monkeypatch, rows, in_blocks, on_the_left) -> None:
+@pytest.mark.parametrize("several_rows", ["linear", "weight_on_the_left", "onednn"])
+def test_each_cpu_product_is_the_linear_layers(rows, in_blocks, several_rows) -> None:
     # Whichever product the CPU measured fastest, the same values up to rounding.
     import torch
     import torch.nn.functional as F
 
     from whosaid.recognition import decoder_step
 
-    products = decoder_step.CpuProducts(one_row_in_blocks=in_blocks, weight_on_the_left=on_the_left)
-    monkeypatch.setattr(decoder_step, "cpu_products", lambda: products)
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(1001, 64, generator=generator)
     bias = torch.randn(1001, generator=generator)
     hidden = torch.randn(rows, 1, 64, generator=generator)
+    table = tuple((((1001, 64), count), several_rows) for count in decoder_step.MEASURED_ROWS)
+    products = decoder_step.CpuProducts(one_row_in_blocks=in_blocks, several_rows=table)
     with torch_threads(2):
-        output = decoder_step.affine(weight, bias, hidden)
+        output = decoder_step.Product(weight, bias, products)(hidden)
+    assert output.shape == (rows, 1, 1001)
     torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
 
 
-def test_cpu_products_are_measured_once_per_thread_count() -> None:
-    from whosaid.recognition.decoder_step import cpu_products
+def test_several_rows_take_the_product_measured_at_the_fewest_rows_that_hold_them() -> None:
+    from whosaid.recognition.decoder_step import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, CpuProducts
+
+    shape = (1001, 64)
+    products = CpuProducts(
+        one_row_in_blocks=True, several_rows=(((shape, 4), ONEDNN), ((shape, 8), WEIGHT_ON_THE_LEFT))
+    )
+    assert [products.for_several_rows(shape, rows) for rows in (2, 4, 5, 8, 24)] == [
+        ONEDNN,
+        ONEDNN,
+        WEIGHT_ON_THE_LEFT,
+        WEIGHT_ON_THE_LEFT,
+        WEIGHT_ON_THE_LEFT,
+    ]
+    assert products.for_several_rows((64, 1001), 4) == LINEAR  # a shape never measured
+
+
+def test_cpu_products_are_measured_once_per_thread_count_and_shape() -> None:
+    from whosaid.recognition.decoder_step import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, cpu_products
 
     with torch_threads(1):
         one_thread = cpu_products()
         assert cpu_products() is one_thread
         assert not one_thread.one_row_in_blocks  # one thread: one block
+        with_shape = cpu_products([(1001, 64)])
+        assert with_shape.for_several_rows((1001, 64), 4) in (LINEAR, WEIGHT_ON_THE_LEFT, ONEDNN)
+        assert cpu_products([(1001, 64)]) is with_shape
+        assert cpu_products() is with_shape
+        assert with_shape.one_row_in_blocks == one_thread.one_row_in_blocks
     with torch_threads(2):
         assert cpu_products() is cpu_products()
 
@@ -188,6 +211,7 @@ def test_a_repeating_row_stops_early_and_falls_back(tiny_engine, sample_audio) -
         assert needs_fallback(result, "any text", fallback)
     else:  # the random model said end-of-text first
         assert len(result.tokens) < fallback.repetition_check_from
+
 
 def test_compression_ratio_flags_repetition() -> None:
     assert compression_ratio("") == 0.0

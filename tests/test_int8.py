@@ -79,7 +79,8 @@ def test_rowwise_int8_blocks_of_rows_give_the_same_values() -> None:
 
 def test_int8_self_attention_projections_fuse_exactly(tiny_whisper) -> None:
     """The decoder step computes an int8 layer's q, k and v from one fused layer: the same values
-    as the three layers, bit for bit (they share the input's scale, each weight row keeps its own)."""
+    as the three layers (the query scaled as the step scales it), bit for bit (they share the
+    input's scale, each weight row keeps its own)."""
     import torch
 
     from whosaid.config import ModelSettings
@@ -90,13 +91,14 @@ def test_int8_self_attention_projections_fuse_exactly(tiny_whisper) -> None:
         ModelSettings(asr_model=str(tiny_whisper("speed-main", seed=5)), device="cpu", quantization="int8")
     )
     attention = model.get_decoder().layers[0].self_attn
-    fused = _FusedProjection(attention)
+    fused = _FusedProjection(attention, attention.scaling)
     assert fused.quantized is not None
     hidden = torch.randn(3, 2, attention.q_proj.in_features, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
-        together = fused(hidden)
-        apart = (attention.q_proj(hidden), attention.k_proj(hidden), attention.v_proj(hidden))
-    assert all(torch.equal(a, b) for a, b in zip(together, apart, strict=True))
+        query, keys_values = fused(hidden)
+        apart_query = attention.q_proj(hidden) * attention.scaling
+        apart_keys_values = torch.cat([attention.k_proj(hidden), attention.v_proj(hidden)], dim=-1)
+    assert torch.equal(query, apart_query) and torch.equal(keys_values, apart_keys_values)
 
 
 def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> None:

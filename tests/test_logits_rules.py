@@ -62,7 +62,7 @@ def test_logits_rules_mask_what_generates_processors_mask(tiny_en_engine) -> Non
         by_length.setdefault(len(history), []).append(history)
     rules = WhisperLogitsRules(generation_config, len(prompt), "cpu")
     processors = _transformers_processors(generation_config, len(prompt))
-    checked = 0
+    checked = forced = 0
     for batch in by_length.values():
         for scale in (1.0, 8.0):  # 8: peaked scores, where a timestamp often wins on probability
             logits = torch.randn(len(batch), vocabulary, generator=generator) * scale
@@ -71,6 +71,20 @@ def test_logits_rules_mask_what_generates_processors_mask(tiny_en_engine) -> Non
             got = rules.scores(batch, logits)
             assert torch.equal(torch.isinf(got), torch.isinf(expected))
             assert torch.equal(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
+            # Greedy's pick and its log-probability from one softmax: generate's argmax, and the
+            # log-probability under the masked scores (renormalized over the timestamps where only
+            # they are left).
+            tokens, logprobs = rules.next_tokens(batch, logits)
+            assert torch.equal(tokens, expected.argmax(-1))
+            torch.testing.assert_close(
+                logprobs, expected.log_softmax(-1).gather(1, tokens[:, None]).squeeze(1), rtol=0, atol=1e-5
+            )
+            forced += int(
+                (
+                    torch.isinf(expected[:, :timestamp_begin]).all(-1)
+                    & ~torch.isinf(expected[:, timestamp_begin:]).all(-1)
+                ).sum()
+            )
             checked += len(batch)
     assert checked == 2 * len(histories)
-
+    assert forced > 0  # the renormalized case was met

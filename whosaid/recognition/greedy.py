@@ -255,6 +255,7 @@ class GreedyWhisperDecoder:
         batch, begin_index = prompt_ids.shape
         rows = list(range(batch))  # original row of each row still decoding
         generated: list[list[int]] = [[] for _ in rows]  # each row's tokens after the prompt
+        # Each row's sum of log-probabilities, in the order of `rows` (the rows still decoding).
         sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
         results: list[Optional[WindowTokens]] = [None] * batch
         # The prompt step: logits at <|startoftranscript|> (the no-speech probability) and at the end.
@@ -262,10 +263,8 @@ class GreedyWhisperDecoder:
         no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id].tolist()
         logits = logits[:, -1]
         while True:
-            scores = rules.scores(generated, logits)
-            next_tokens = scores.argmax(-1)
-            logprobs = scores.log_softmax(-1).gather(1, next_tokens[:, None]).squeeze(1)
-            sum_logprobs[rows] += logprobs
+            next_tokens, logprobs = rules.next_tokens(generated, logits)
+            sum_logprobs += logprobs
             for tokens, token in zip(generated, next_tokens.tolist(), strict=True):
                 tokens.append(token)
 
@@ -291,7 +290,7 @@ class GreedyWhisperDecoder:
                 results[row] = WindowTokens(
                     tokens=tuple(tokens),
                     # openai/whisper divides by the text length plus one (the end-of-text).
-                    avg_logprob=float(sum_logprobs[row]) / (len(tokens) + 1),
+                    avg_logprob=float(sum_logprobs[index]) / (len(tokens) + 1),
                     no_speech_prob=no_speech[row],
                     gave_up=gave_up,
                     reached_limit=not ended and len(tokens) >= room,
@@ -302,6 +301,7 @@ class GreedyWhisperDecoder:
                 kept = torch.tensor(keep, device=device)
                 step.keep(kept)
                 next_tokens = next_tokens[kept]
+                sum_logprobs = sum_logprobs[kept]
                 rows = [rows[index] for index in keep]
                 generated = [generated[index] for index in keep]
             logits = step.step(next_tokens[:, None])[:, -1]

@@ -211,9 +211,10 @@ def load_whisper(settings: ModelSettings) -> tuple[Any, Any]:
     elif model.device.type == "cpu" and model.dtype == torch.float32:
         prepack_encoder_linears(model)
         # Measured now rather than in the first request (whosaid.recognition.decoder_step).
-        from whosaid.recognition.decoder_step import cpu_products
+        from whosaid.recognition.decoder_step import cpu_products, product_shapes
 
-        logger.info("decoder products on this CPU at %d threads: %s", torch.get_num_threads(), cpu_products())
+        products = cpu_products(product_shapes(model))
+        logger.info("decoder products on this CPU at %d threads: %s", torch.get_num_threads(), products)
     page_in_weights(model)
     return model, processor
 

@@ -116,23 +116,42 @@ class WhisperLogitsRules:
         self.eos_token_id = int(config.eos_token_id or config.bos_token_id)
         self.max_initial_timestamp_index = options.max_initial_timestamp_index
         self.detect_timestamp_from_logprob = bool(getattr(config, "_detect_timestamp_from_logprob", True))
+        self._suppressed_in: Optional[tuple[int, Any]] = None
 
     def scores(self, generated: Sequence[Sequence[int]], logits: Any) -> Any:
         """float32 scores (rows, vocabulary) of the next token from `logits` (rows, vocabulary),
         for rows that have generated `generated` after the prompt so far (all the same length,
         as in a batch)."""
+        return self._apply(generated, logits)[0]
+
+    def next_tokens(self, generated: Sequence[Sequence[int]], logits: Any) -> tuple[Any, Any]:
+        """Greedy's next token of each row under the rules (the highest score, as `generate`
+        picks it) and its log-probability under them ((rows,) each), from one softmax: where the
+        timestamp rule left a row only its timestamps, their probabilities are renormalized."""
+        import torch
+
+        scores, logprobs, forced, timestamp_logprob = self._apply(generated, logits)
+        tokens = scores.argmax(-1)
+        if logprobs is None:
+            logprobs = scores.log_softmax(dim=-1)
+        chosen = logprobs.gather(1, tokens[:, None]).squeeze(1)
+        if forced is not None:
+            chosen = torch.where(forced, chosen - timestamp_logprob, chosen)
+        return tokens, chosen
+
+    def _apply(self, generated: Sequence[Sequence[int]], logits: Any) -> tuple[Any, Any, Any, Any]:
+        """The scores, and when the timestamp test ran (None otherwise): the log-probabilities
+        before it, the rows it left only timestamps (None if none) and those rows' log-probability
+        of any timestamp."""
         import torch
 
         tb = self.timestamp_begin
         minus_infinity = -float("inf")
         scores = logits.to(copy=True, dtype=torch.float32)
         at_begin = len(generated[0]) == 0
-        vocabulary = scores.shape[-1]
+        scores.index_fill_(1, self._always_suppressed(scores.shape[-1], scores.device), minus_infinity)
         if at_begin and self.begin_suppress is not None:
-            scores[:, self.begin_suppress[self.begin_suppress < vocabulary]] = minus_infinity
-        if self.suppress is not None:
-            scores[:, self.suppress[self.suppress < vocabulary]] = minus_infinity
-        scores[:, self.no_timestamps_token_id] = minus_infinity
+            scores[:, self.begin_suppress[self.begin_suppress < scores.shape[-1]]] = minus_infinity
         for row, tokens in enumerate(generated):
             # Timestamps come in pairs, except just before end-of-text.
             last_was_timestamp = len(tokens) >= 1 and tokens[-1] >= tb
@@ -152,13 +171,28 @@ class WhisperLogitsRules:
             scores[:, :tb] = minus_infinity
             if self.max_initial_timestamp_index is not None:
                 scores[:, tb + self.max_initial_timestamp_index + 1 :] = minus_infinity
-        if self.detect_timestamp_from_logprob:
-            # When all the timestamps together are likelier than any one text token, a timestamp.
-            logprobs = scores.log_softmax(dim=-1)
-            timestamp_logprob = logprobs[:, tb:].logsumexp(dim=-1)
-            max_text_logprob = logprobs[:, :tb].max(dim=-1).values
-            scores[:, :tb].masked_fill_((timestamp_logprob > max_text_logprob)[:, None], minus_infinity)
-        return scores
+        if not self.detect_timestamp_from_logprob:
+            return scores, None, None, None
+        # When all the timestamps together are likelier than any one text token, a timestamp.
+        logprobs = scores.log_softmax(dim=-1)
+        timestamp_logprob = logprobs[:, tb:].logsumexp(dim=-1)
+        forced = timestamp_logprob > logprobs[:, :tb].amax(dim=-1)
+        if not bool(forced.any()):
+            return scores, logprobs, None, timestamp_logprob
+        scores[:, :tb].masked_fill_(forced[:, None], minus_infinity)
+        return scores, logprobs, forced, timestamp_logprob
+
+    def _always_suppressed(self, vocabulary: int, device: Any) -> Any:
+        """The tokens never decoded (the suppressed ones and <|notimestamps|>) inside a
+        vocabulary of `vocabulary` logits: one index, made once."""
+        import torch
+
+        cached = self._suppressed_in
+        if cached is None or cached[0] != vocabulary:
+            suppressed = [] if self.suppress is None else self.suppress[self.suppress < vocabulary].tolist()
+            index = torch.tensor(sorted({*suppressed, self.no_timestamps_token_id}), dtype=torch.long, device=device)
+            cached = self._suppressed_in = (vocabulary, index)
+        return cached[1]
 
 
 def _token_ids(tokens: Sequence[int], device: Any) -> Optional[Any]:

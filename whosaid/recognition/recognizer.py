@@ -493,6 +493,6 @@ def window_batches(
 
 
 def _span_name(windows: Sequence[SpeechWindow]) -> str:
-    """"window 1203.4-1233.4 s", or "windows ..." for a batch of several."""
+    """ "window 1203.4-1233.4 s", or "windows ..." for a batch of several."""
     noun = "window" if len(windows) == 1 else "windows"
     return f"{noun} {windows[0].start_s:.1f}-{windows[-1].end_s:.1f} s"
