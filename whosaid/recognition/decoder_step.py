@@ -459,7 +459,7 @@ class WhisperDecoderStep:
         import torch
 
         rows = encoder_states.shape[0]
-        if encoder_states.device.type == "cpu" and encoder_states.dtype == torch.float32:
+        if self.products and encoder_states.device.type == "cpu" and encoder_states.dtype == torch.float32:
             products = cpu_products(self.shapes)  # once a batch, not at each product
             for product in self.products:
                 product.products = products
