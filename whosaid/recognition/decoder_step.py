@@ -5,20 +5,27 @@ transformers' decoder call spends a large part of a greedy step outside arithmet
 This step does the same arithmetic, in the same order, on the same weights:
 
 - cross-attention keys and values are computed once per batch of windows (as transformers'
-  cache does on the first step), self-attention keys and values go into buffers allocated once;
-- queries, keys and values of self-attention come out of one matrix product (fused weights);
+  cache does on the first step; on CPU in float32 through oneDNN, as the encoder's layers), laid
+  out once for the products that read them, the keys already scaled by the query's scale;
+  self-attention keys and values go side by side into one buffer that grows by doubling, and the
+  attention reads its heads as views of it;
+- queries, keys and values of self-attention come out of one matrix product (fused weights, the
+  query's scale folded into its rows);
 - logits only for the positions that are read (the last one; on the prompt step, the
   start-of-transcript position too);
-- on CPU in float32, linear layers run on whichever of two products this CPU's BLAS (torch
-  2.10's MKL) does fastest, measured once per process and thread count (`cpu_products`): MKL
-  takes different code paths on different CPUs, and the fastest product of one or a few rows
-  by a weight differs between them by up to three times.
-  - Several rows: x @ W^T (the orientation F.linear uses) or W @ x^T. On AVX2 Xeons MKL's GEMM
-    was much slower for x @ W^T with 2-8 rows; on an AVX-512 one W @ x^T is.
+- on CPU in float32, linear layers run on whichever product this CPU does fastest, measured once
+  per process and thread count (`cpu_products`, when the model is loaded): torch 2.10's MKL takes
+  different code paths on different CPUs, and the fastest product of one or a few rows by a
+  weight differs between them by up to three times.
   - One row: a plain product, or the weight cut into one block of rows per torch thread and
-    multiplied as a batch. On AVX2 Xeons MKL computed a one-row product on one thread, bound by
-    what one core reads, and the blocks ran on all of them; on an AVX-512 one the plain product
-    already uses every thread and the blocks are slower.
+    multiplied as a batch (the bias in the same call). On AVX2 Xeons and on an AMD EPYC MKL
+    computed a one-row product on one thread, bound by what one core reads, and the blocks ran on
+    all of them; on an AVX-512 Xeon the plain product already used every thread.
+  - Several rows, for each weight shape of the model at 4 and at 8 rows: x @ W^T (the
+    orientation F.linear uses), W @ x^T, or oneDNN's product. On AVX2 Xeons MKL's GEMM was much
+    slower for x @ W^T with 2-8 rows; on the AMD EPYC both MKL orientations ran some shapes at a
+    third of oneDNN's speed (the feed-forward's second layer at 4 rows, most at 8) and others
+    faster than it.
 
 The measurements behind both are in benchmarks/README.md ("Numbers behind the code's choices").
 
