@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
+import statistics
 import threading
 import time
 from typing import Iterator, Optional
@@ -137,7 +138,12 @@ def test_health_answers_at_once_and_ready_says_why_not_while_models_load(stub) -
         return Engine(stub)
 
     with threaded_server(create_app(slow_factory, settings()), wait_ready=False) as url:
-        assert timed_health(url) < HEALTH_BUDGET_S
+        # Answered while the factory is still blocked: health never waits for the models. The
+        # first request of a fresh server can pay one-off costs (a garbage collection after
+        # hundreds of tests: 0.68 s once in CI), so the budget holds for the median of five.
+        timings = [timed_health(url) for _ in range(5)]
+        assert not loaded.is_set()
+        assert statistics.median(timings) < HEALTH_BUDGET_S, timings
         ready = requests.get(f"{url}/ready", timeout=5)
         assert ready.status_code == 503 and int(ready.headers["Retry-After"]) >= 1
         assert error_of(ready)["code"] == "model_loading"
