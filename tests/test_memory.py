@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from whosaid.errors import InferenceError
-from whosaid.runtime.memory import memory_released_on_failure, release_memory
+from whosaid.runtime.memory import freeze_loaded_objects, memory_released_on_failure, release_memory
 
 HELD_MB = 200
 
@@ -46,3 +46,33 @@ def test_without_it_the_memory_stays_with_the_process() -> None:
         failing_request()
     assert resident_mb() - before_mb > HELD_MB / 2
     del failed
+
+
+def test_objects_frozen_after_loading_are_skipped_by_collections_and_freed_by_the_next_load() -> None:
+    """What `release_memory` walks after a request is what the request made, not the loaded models;
+    a cycle frozen with them is collected when models are loaded again."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    cycle = Node()
+    cycle.self = cycle  # type: ignore[attr-defined]
+    alive = weakref.ref(cycle)
+    del cycle
+    try:
+        freeze_loaded_objects()  # what loading an Engine ends with; collects the cycle first
+        assert alive() is None
+        frozen = Node()
+        frozen.self = frozen  # type: ignore[attr-defined]
+        kept = weakref.ref(frozen)
+        freeze_loaded_objects()
+        del frozen
+        assert gc.get_freeze_count() > 1000
+        gc.collect()
+        assert kept() is not None  # frozen: out of the collector's reach
+        freeze_loaded_objects()  # the next load unfreezes and collects first
+        assert kept() is None
+    finally:
+        gc.unfreeze()

@@ -17,7 +17,7 @@ from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
-from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
+from whosaid.runtime.memory import freeze_loaded_objects, memory_released_on_failure, release_memory_after
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
@@ -67,6 +67,7 @@ class Engine:
             recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s, speaker_identifier=identifier
         )
         runtime = engine.runtime
+        freeze_loaded_objects()
         logger.info(
             "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "
             "attn_implementation=%s",

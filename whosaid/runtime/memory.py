@@ -24,10 +24,23 @@ logger = logging.getLogger(__name__)
 RELEASE_AFTER_AUDIO_S = 60.0
 
 
+def freeze_loaded_objects() -> None:
+    """Once models are loaded: collect what loading left, then move every object the collector
+    tracks (the models, the libraries' modules and tables: hundreds of thousands) out of its reach
+    (`gc.freeze`). Collections after a request then walk only what was made since, not the whole
+    process (0.2 s a request otherwise). Frozen objects are still freed when their last reference
+    goes; only garbage in reference cycles waits, until the next call: each call first gives the
+    collector back what an earlier one froze (a process that loads models again, such as a test
+    run, frees the cycles of those it dropped)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def release_memory(*, collect_cycles: bool = True) -> None:
     """Collect garbage, return free heap pages to the OS (glibc) and free the CUDA cache.
-    `collect_cycles=False` skips the collection: a full one walks every object of the process
-    (the loaded models' included) and costs far more than the rest."""
+    `collect_cycles=False` skips the collection: a full one walks every object the collector
+    tracks and not frozen (`freeze_loaded_objects`), and costs far more than the rest."""
     if collect_cycles:
         gc.collect()
     libc = _libc()
