@@ -84,7 +84,7 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     import torch
     import torch.nn.functional as F
 
-    from whosaid.recognition.decoder_step import affine
+    from whosaid.recognition.products import affine
 
     generator = torch.Generator().manual_seed(threads)
     weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
@@ -104,22 +104,22 @@ def test_each_cpu_product_is_the_linear_layers(rows, in_blocks, several_rows) ->
     import torch
     import torch.nn.functional as F
 
-    from whosaid.recognition import decoder_step
+    from whosaid.recognition import products as decoder_products
 
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(1001, 64, generator=generator)
     bias = torch.randn(1001, generator=generator)
     hidden = torch.randn(rows, 1, 64, generator=generator)
-    table = tuple((((1001, 64), count), several_rows) for count in decoder_step.MEASURED_ROWS)
-    products = decoder_step.CpuProducts(one_row_in_blocks=in_blocks, several_rows=table)
+    table = tuple((((1001, 64), count), several_rows) for count in decoder_products.MEASURED_ROWS)
+    products = decoder_products.CpuProducts(one_row_in_blocks=in_blocks, several_rows=table)
     with torch_threads(2):
-        output = decoder_step.Product(weight, bias, products)(hidden)
+        output = decoder_products.Product(weight, bias, products)(hidden)
     assert output.shape == (rows, 1, 1001)
     torch.testing.assert_close(output, F.linear(hidden, weight, bias), rtol=1e-5, atol=1e-5)
 
 
 def test_several_rows_take_the_product_measured_at_the_fewest_rows_that_hold_them() -> None:
-    from whosaid.recognition.decoder_step import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, CpuProducts
+    from whosaid.recognition.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, CpuProducts
 
     shape = (1001, 64)
     products = CpuProducts(
@@ -136,7 +136,7 @@ def test_several_rows_take_the_product_measured_at_the_fewest_rows_that_hold_the
 
 
 def test_cpu_products_are_measured_once_per_thread_count_and_shape() -> None:
-    from whosaid.recognition.decoder_step import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, cpu_products
+    from whosaid.recognition.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, cpu_products
 
     with torch_threads(1):
         one_thread = cpu_products()
@@ -286,3 +286,45 @@ def test_the_first_window_goes_alone_only_when_someone_waits_for_it(tiny_en_engi
     batches.clear()
     recognizer.transcribe(audio, config(language="en", batch_size=8, initial_prompt="Diane and Sheila."))
     assert batches == [1, 3]
+
+
+def test_half_weights_only_where_half_precision_holds_the_weight_exactly() -> None:
+    """A float32 weight whose values half precision holds is multiplied from its half copy: the
+    float32 products of the same numbers (checked against float64), its bias kept in float32. A
+    weight with one value half precision rounds or cannot hold has no half copy."""
+    import torch
+    import torch.nn.functional as F
+
+    from whosaid.recognition.products import HalfWeights, Product, half_products_available
+
+    assert half_products_available()  # x86 builds of torch carry fbgemm: CI's and the endpoint's
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(1001, 64, generator=generator).half().float()
+    bias = torch.randn(1001, generator=generator) / 3  # float32 values half precision would round
+    hidden = torch.randn(4, 1, 64, generator=generator)
+    half = HalfWeights.of(weight, bias)
+    assert half is not None
+    exact = F.linear(hidden.double(), weight.double(), bias.double())
+    torch.testing.assert_close(half(hidden).double(), exact, rtol=0, atol=1e-5)
+    product = Product(weight, bias, half_if_lossless=True)
+    assert product.half is not None
+    torch.testing.assert_close(product(hidden[:1]).double(), exact[:1], rtol=0, atol=1e-5)
+    for value in (0.1, 1e5):  # more digits than half precision has; beyond its range
+        changed = weight.clone()
+        changed[500, 7] = value
+        assert HalfWeights.of(changed, bias) is None
+        assert Product(changed, bias, half_if_lossless=True).half is None
+    assert Product(weight, bias).half is None  # only where asked (the decoder step's own weights)
+
+
+def test_the_decoder_step_multiplies_a_released_whisper_from_half_copies(tiny_en_engine, tiny_engine) -> None:
+    """whisper-tiny.en (released in float16): every plain linear layer of the step from its exact
+    half copy, none left to measure; a random model's float32 weights: none."""
+    real = tiny_en_engine.recognizer.decoder.step
+    assert real.products == [] and real.shapes == []
+    halves = [plan.self_qkv.product for plan in real.plans] + [real.output]
+    layers = ("self_out", "cross_query", "cross_out", "fc1", "fc2")
+    halves += [getattr(plan, name) for plan in real.plans for name in layers]
+    assert len(halves) == 6 * len(real.plans) + 1 and all(product.half is not None for product in halves)
+    random = tiny_engine.recognizer.decoder.step
+    assert random.products and all(product.half is None for product in random.products)

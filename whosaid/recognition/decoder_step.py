@@ -13,21 +13,9 @@ This step does the same arithmetic, in the same order, on the same weights:
   query's scale folded into its rows);
 - logits only for the positions that are read (the last one; on the prompt step, the
   start-of-transcript position too);
-- on CPU in float32, linear layers run on whichever product this CPU does fastest, measured once
-  per process and thread count (`cpu_products`, when the model is loaded): torch 2.10's MKL takes
-  different code paths on different CPUs, and the fastest product of one or a few rows by a
-  weight differs between them by up to three times.
-  - One row: a plain product, or the weight cut into one block of rows per torch thread and
-    multiplied as a batch (the bias in the same call). On AVX2 Xeons and on an AMD EPYC MKL
-    computed a one-row product on one thread, bound by what one core reads, and the blocks ran on
-    all of them; on an AVX-512 Xeon the plain product already used every thread.
-  - Several rows, for each weight shape of the model at 4 and at 8 rows: x @ W^T (the
-    orientation F.linear uses), W @ x^T, or oneDNN's product. On AVX2 Xeons MKL's GEMM was much
-    slower for x @ W^T with 2-8 rows; on the AMD EPYC both MKL orientations ran some shapes at a
-    third of oneDNN's speed (the feed-forward's second layer at 4 rows, most at 8) and others
-    faster than it.
-
-The measurements behind both are in benchmarks/README.md ("Numbers behind the code's choices").
+- on CPU in float32, the linear layers multiply through whosaid.recognition.products: from exact
+  half-precision copies of the weights where half precision holds them (Whisper's own
+  checkpoints), else with the product measured fastest on this CPU.
 
 Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
 ones transformers' decoder picks (tests/test_greedy_decoding.py compares with `generate`); values differ
@@ -36,10 +24,13 @@ by float rounding only.
 
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from whosaid.recognition.products import CpuProducts, Product, affine, cpu_products, onednn_available, onednn_linear
+
+logger = logging.getLogger(__name__)
 
 
 def project(linear: Any, hidden: Any) -> Any:
@@ -79,249 +70,6 @@ def fused_dynamic_int8(parts: Sequence[Any]) -> Optional[Any]:
     return fused
 
 
-def affine(weight: Any, bias: Optional[Any], hidden: Any) -> Any:
-    """hidden @ weight^T + bias; on CPU in float32 with the product this CPU does fastest
-    (`cpu_products`, the module docstring)."""
-    return Product(weight, bias)(hidden)
-
-
-# How several rows are multiplied by a weight (CpuProducts.several_rows).
-LINEAR = "linear"  # x @ W^T, as F.linear (MKL)
-WEIGHT_ON_THE_LEFT = "weight_on_the_left"  # W @ x^T (MKL)
-ONEDNN = "onednn"  # oneDNN's matmul on the weight as it is (torch.ops.mkldnn._linear_pointwise)
-
-Shape = tuple[int, int]  # a weight's (out features, in features)
-
-
-@dataclass(frozen=True)
-class CpuProducts:
-    """Which products `Product` uses on this CPU (the module docstring)."""
-
-    #: One row: the weight in one block of rows per thread (else a plain product).
-    one_row_in_blocks: bool
-    #: Several rows, by weight shape and a measured number of rows (MEASURED_ROWS): LINEAR,
-    #: WEIGHT_ON_THE_LEFT or ONEDNN (LINEAR for a shape not measured).
-    several_rows: tuple[tuple[tuple[Shape, int], str], ...] = ()
-    _table: dict[tuple[Shape, int], str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_table", dict(self.several_rows))
-
-    def for_several_rows(self, shape: Shape, rows: int) -> str:
-        """The product for `rows` rows: the one measured at the fewest measured rows that hold them
-        (the most measured, beyond)."""
-        measured = next((count for count in MEASURED_ROWS if rows <= count), MEASURED_ROWS[-1])
-        return self._table.get((shape, measured), LINEAR)
-
-
-# An alternative product is chosen only when it takes at most this share of the time of the one
-# it replaces (F.linear's; oneDNN's replaces the faster of MKL's two): a near tie keeps the first,
-# so the choice does not flip between runs.
-CLEARLY_FASTER = 0.8
-# The one-row choice is measured on a weight with as many rows as it takes to leave the caches
-# (whisper's output projection, the largest product of a step, has 51865), of whisper-base's width.
-MEASURED_WEIGHT_SHAPE = (32768, 512)
-# Several rows: measured at each of these many rows (whisper's batches hold 1-8 windows, fewer
-# as rows finish), on as many copies of the shape's weight as fill this many bytes, so that each
-# product reads its weight from memory as in a step, not from the caches.
-MEASURED_ROWS = (4, 8)
-MEASURED_BYTES = 32 * 2**20
-_cpu_products: dict[int, CpuProducts] = {}
-_measuring = threading.Lock()
-
-
-def cpu_products(shapes: Iterable[Shape] = ()) -> CpuProducts:
-    """The products `Product` uses at torch's current thread count, for weights of `shapes`
-    among others: measured on the first call for that count (about 0.1 s) and for each shape
-    not seen before at that count (up to about 0.1 s each), and kept for the process."""
-    import torch
-
-    threads = torch.get_num_threads()
-    with _measuring:
-        products = _cpu_products.get(threads)
-        if products is None:
-            products = CpuProducts(one_row_in_blocks=_one_row_in_blocks_is_faster(threads))
-        known = dict(products.several_rows)
-        new = [
-            (shape, rows)
-            for shape in dict.fromkeys(tuple(shape) for shape in shapes)
-            for rows in MEASURED_ROWS
-            if (shape, rows) not in known
-        ]
-        if new or threads not in _cpu_products:
-            known.update({key: _fastest_for_several_rows(*key) for key in new})
-            products = CpuProducts(products.one_row_in_blocks, tuple(sorted(known.items())))
-            _cpu_products[threads] = products
-        return products
-
-
-def product_shapes(model: Any) -> list[Shape]:
-    """The weight shapes a decoder step of `model` multiplies (its plain linear layers, the
-    self-attention's three fused): what `cpu_products` measures when the model is loaded."""
-    import torch
-
-    shapes: set[Shape] = set()
-    for layer in model.get_decoder().layers:
-        attention = layer.self_attn
-        if type(attention.q_proj) is torch.nn.Linear:
-            shapes.add((3 * attention.q_proj.out_features, attention.q_proj.in_features))
-        linears = [attention.out_proj, layer.encoder_attn.q_proj, layer.encoder_attn.out_proj, layer.fc1, layer.fc2]
-        shapes.update(tuple(linear.weight.shape) for linear in linears if type(linear) is torch.nn.Linear)
-    if type(model.proj_out) is torch.nn.Linear:
-        shapes.add(tuple(model.proj_out.weight.shape))
-    return sorted(shapes)
-
-
-def onednn_available() -> bool:
-    import torch
-
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-def _onednn_linear(hidden: Any, weight: Any, bias: Optional[Any]) -> Any:
-    import torch
-
-    return torch.ops.mkldnn._linear_pointwise(hidden, weight, bias, "none", [], "")
-
-
-def _one_row_in_blocks_is_faster(threads: int) -> bool:
-    import torch
-    import torch.nn.functional as F
-
-    if threads <= 1:
-        return False
-    weight = torch.full(MEASURED_WEIGHT_SHAPE, 0.01)  # any finite values (see below)
-    one_row = torch.full((1, weight.shape[1]), 0.5)
-    blocks = Product(weight, None, CpuProducts(one_row_in_blocks=True))
-    with torch.inference_mode():
-        plain, in_blocks = _fastest_times([lambda: F.linear(one_row, weight), lambda: blocks(one_row)])
-    return in_blocks <= CLEARLY_FASTER * plain
-
-
-def _fastest_for_several_rows(shape: Shape, measured_rows: int) -> str:
-    """Which product multiplies `measured_rows` rows by a weight of `shape` fastest on this CPU."""
-    import torch
-    import torch.nn.functional as F
-
-    out_features, features = shape
-    copies = max(1, MEASURED_BYTES // (4 * out_features * features))
-    # Any finite values: the products' speed does not depend on them (no denormals).
-    weights = torch.full((copies, out_features, features), 0.01)
-    rows = torch.full((measured_rows, features), 0.5)
-
-    def each(product: Callable[[Any], Any]) -> Callable[[], None]:
-        return lambda: [product(weight) for weight in weights]
-
-    candidates = [each(lambda weight: F.linear(rows, weight)), each(lambda weight: torch.mm(weight, rows.t()))]
-    if onednn_available():
-        candidates.append(each(lambda weight: _onednn_linear(rows, weight, None)))
-    with torch.inference_mode():
-        linear, left, *onednn = _fastest_times(candidates, rounds=3)
-    choice, fastest = (WEIGHT_ON_THE_LEFT, left) if left <= CLEARLY_FASTER * linear else (LINEAR, linear)
-    if onednn and onednn[0] <= CLEARLY_FASTER * fastest:
-        choice = ONEDNN
-    return choice
-
-
-def _fastest_times(functions: Sequence[Callable[[], Any]], rounds: int = 5) -> list[float]:
-    """The fastest of `rounds` timings of each, interleaved, after one call each to warm up."""
-    for function in functions:
-        function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(rounds):
-        for function, kept in zip(functions, times, strict=True):
-            started = time.perf_counter()
-            function()
-            kept.append(time.perf_counter() - started)
-    return [min(kept) for kept in times]
-
-
-# At most this many blocks of rows per matrix-vector product (one per torch thread).
-MAX_ROW_BLOCKS = 16
-
-
-class Product:
-    """hidden @ weight^T + bias for one weight that is multiplied many times (a decoder layer's),
-    for hidden of shape (..., features). On CPU in float32 it takes the product `cpu_products`
-    chose (the module docstring); for one row in blocks, the weight's blocks of rows (views: nothing
-    is copied) are cut once per thread count. Elsewhere, F.linear."""
-
-    def __init__(self, weight: Any, bias: Optional[Any], products: Optional[CpuProducts] = None) -> None:
-        import torch
-
-        self.weight = weight
-        self.bias = bias
-        self.out_features, self.features = weight.shape
-        self.shape: Shape = (self.out_features, self.features)
-        # The inputs are on the weight's device, in its dtype (else F.linear would refuse them).
-        self.cpu_float32 = weight.device.type == "cpu" and weight.dtype == torch.float32
-        self.products = products  # None: cpu_products() at each call
-        self._blocks_for = 0  # the thread count the blocks below were cut for
-        self._weight_blocks: Any = None
-        self._bias_blocks: Any = None
-
-    def __call__(self, hidden: Any) -> Any:
-        import torch
-        import torch.nn.functional as F
-
-        if not self.cpu_float32:
-            return F.linear(hidden, self.weight, self.bias)
-        products = self.products if self.products is not None else cpu_products([self.shape])
-        if hidden.numel() == self.features:
-            if products.one_row_in_blocks:
-                return self._one_row_in_blocks(hidden)
-            return F.linear(hidden, self.weight, self.bias)
-        several_rows = products.for_several_rows(self.shape, hidden.numel() // self.features)
-        if several_rows == ONEDNN:
-            return _onednn_linear(hidden, self.weight, self.bias)
-        if several_rows == WEIGHT_ON_THE_LEFT:
-            flat = hidden.reshape(-1, self.features)
-            if self.bias is None:
-                output = torch.mm(self.weight, flat.t())
-            else:
-                output = torch.addmm(self.bias[:, None], self.weight, flat.t())
-            # Laid out as the rows (strides (features, 1)): attention reads its heads from here, and
-            # CPU flash attention takes only a query whose last dimension is contiguous.
-            return output.t().contiguous().reshape(*hidden.shape[:-1], self.out_features)
-        return F.linear(hidden, self.weight, self.bias)
-
-    def _one_row_in_blocks(self, hidden: Any) -> Any:
-        """weight @ the one row, on every torch thread: the weight's rows in one block per thread,
-        multiplied as one batch (with the bias in the same call); the rows left over by the division
-        after them."""
-        import torch
-
-        threads = torch.get_num_threads()
-        if self._blocks_for != threads:
-            self._cut_blocks(threads)
-        blocks, block_rows, _ = self._weight_blocks.shape
-        # The row as a column with strides (1, features), the same for every block: MKL's batched
-        # product of this layout is the fast one; the same numbers with strides (1, 1) are not.
-        if hidden.is_contiguous():
-            column = hidden.as_strided((blocks, self.features, 1), (0, 1, self.features))
-        else:
-            column = hidden.reshape(1, self.features).t().expand(blocks, self.features, 1)
-        if self._bias_blocks is None:
-            output = torch.bmm(self._weight_blocks, column)
-        else:
-            output = torch.baddbmm(self._bias_blocks, self._weight_blocks, column)
-        blocked_rows = blocks * block_rows
-        if blocked_rows < self.out_features:
-            rest = self.weight[blocked_rows:]
-            row = hidden.reshape(self.features)
-            left = torch.mv(rest, row) if self.bias is None else torch.addmv(self.bias[blocked_rows:], rest, row)
-            output = torch.cat([output.reshape(blocked_rows), left])
-        return output.reshape(*hidden.shape[:-1], self.out_features)
-
-    def _cut_blocks(self, threads: int) -> None:
-        blocks = max(1, min(threads, MAX_ROW_BLOCKS, self.out_features))
-        block_rows = self.out_features // blocks
-        blocked_rows = blocks * block_rows
-        self._weight_blocks = self.weight[:blocked_rows].reshape(blocks, block_rows, self.features)
-        self._bias_blocks = None if self.bias is None else self.bias[:blocked_rows].reshape(blocks, block_rows, 1)
-        self._blocks_for = threads
-
-
 SELF_CACHE_FIRST_POSITIONS = 64
 
 
@@ -337,7 +85,7 @@ def _over_frames(linear: Any, states: Any) -> Any:
         and states.dtype == torch.float32
         and onednn_available()
     ):
-        return _onednn_linear(states, linear.weight, linear.bias)
+        return onednn_linear(states, linear.weight, linear.bias)
     return linear(states)
 
 
@@ -346,16 +94,17 @@ def _projection(linear: Any) -> Callable[[Any], Any]:
     import torch
 
     if type(linear) is torch.nn.Linear:
-        return Product(linear.weight, linear.bias)
+        return Product(linear.weight, linear.bias, half_if_lossless=True)
     return linear
 
 
 class _FusedProjection:
     """The scaled query and the keys and values side by side ((..., width) and (..., 2 width)) of
     one self-attention layer. From one product when all three are plain linear layers (k has no
-    bias in Whisper: a zero bias adds nothing; the query's scale, a power of two in Whisper,
-    folded into its rows) or int8 ones that fuse exactly (`fused_dynamic_int8`); else from the
-    three modules."""
+    bias in Whisper: a zero bias adds nothing) or int8 ones that fuse exactly (`fused_dynamic_int8`);
+    else from the three modules. The query's scale, a power of two in Whisper, is folded into its
+    rows, unless their exact half copy (`HalfWeights`) is used: scaled, some of its values would
+    fall below half precision's normal range, so the query is scaled after the product."""
 
     def __init__(self, attention: Any, scaling: float) -> None:
         import torch
@@ -365,20 +114,30 @@ class _FusedProjection:
         parts = (attention.q_proj, attention.k_proj, attention.v_proj)
         self.parts = parts
         self.product: Optional[Product] = None
+        self.scale_query = False  # the product gives the query unscaled
         self.quantized: Optional[Any] = None
         if all(type(part) is torch.nn.Linear for part in parts):
-            with torch.no_grad():
-                scales = (scaling, 1.0, 1.0)
-                weight = torch.cat([part.weight * scale for part, scale in zip(parts, scales, strict=True)])
-                bias = torch.cat(
-                    [
-                        (part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0])) * scale
-                        for part, scale in zip(parts, scales, strict=True)
-                    ]
-                )
-            self.product = Product(weight, bias)
+            self.product = self._fused(parts, 1.0, half_if_lossless=True)
+            self.scale_query = self.product.half is not None
+            if not self.scale_query:
+                self.product = self._fused(parts, scaling)
         else:
             self.quantized = fused_dynamic_int8(parts)
+
+    @staticmethod
+    def _fused(parts: Sequence[Any], query_scale: float, *, half_if_lossless: bool = False) -> Product:
+        import torch
+
+        scales = (query_scale, 1.0, 1.0)
+        with torch.no_grad():
+            weight = torch.cat([part.weight * scale for part, scale in zip(parts, scales, strict=True)])
+            bias = torch.cat(
+                [
+                    (part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0])) * scale
+                    for part, scale in zip(parts, scales, strict=True)
+                ]
+            )
+        return Product(weight, bias, half_if_lossless=half_if_lossless)
 
     def products(self) -> list[Product]:
         return [self.product] if self.product is not None else []
@@ -388,7 +147,8 @@ class _FusedProjection:
 
         if self.product is not None:
             output = self.product(hidden)
-            return output[..., : self.width], output[..., self.width :]
+            query = output[..., : self.width]
+            return (query * self.scaling if self.scale_query else query), output[..., self.width :]
         if self.quantized is not None:
             output = self.quantized(hidden)
             return output[..., : self.width] * self.scaling, output[..., self.width :]
@@ -452,10 +212,22 @@ class WhisperDecoderStep:
         self.scaling = attention.scaling
         self.plans = [_LayerPlan(layer, self.scaling) for layer in self.layers]
         self.output = _projection(model.proj_out)
-        self.products = [product for plan in self.plans for product in plan.products()]
+        products = [product for plan in self.plans for product in plan.products()]
         if isinstance(self.output, Product):
-            self.products.append(self.output)
+            products.append(self.output)
+        # The products that multiply float32 weights on CPU as `cpu_products` chooses (weights
+        # half precision does not hold, or a torch without the half product).
+        self.products = [product for product in products if product.cpu_float32 and product.half is None]
         self.shapes = sorted({product.shape for product in self.products})
+        self._products: Optional[CpuProducts] = None
+        if self.products:
+            # Measured now, as the model loads, and the weights oneDNN will multiply packed:
+            # not in the first request.
+            self._use_products()
+            logger.info("decoder products on this CPU: %s", self._products)
+        halves = sum(product.half is not None for product in products)
+        if halves:
+            logger.info("decoder: %d of %d weights multiplied from exact half-precision copies", halves, len(products))
         norm = decoder.layer_norm
         self.final_norm = (norm.normalized_shape, norm.weight, norm.bias, norm.eps)
         self.embed_scale = float(getattr(decoder, "embed_scale", 1.0) or 1.0)
@@ -467,9 +239,7 @@ class WhisperDecoderStep:
 
         rows = encoder_states.shape[0]
         if self.products and encoder_states.device.type == "cpu" and encoder_states.dtype == torch.float32:
-            products = cpu_products(self.shapes)  # once a batch, not at each product
-            for product in self.products:
-                product.products = products
+            self._use_products()  # once a batch, not at each product: the thread count may change
         self._states = []
         for layer in self.layers:
             cross = layer.encoder_attn
@@ -483,6 +253,11 @@ class WhisperDecoderStep:
                 )
             )
         self.position = 0
+
+    def _use_products(self) -> None:
+        self._products = cpu_products(self.shapes)
+        for product in self.products:
+            product.use(self._products)
 
     def _reserve(self, positions: int) -> None:
         """Room for `positions` self-attention keys and values: the buffers grow by doubling (from

@@ -127,45 +127,49 @@ def rowwise_int8_linear_class() -> type:
 
 
 def prepack_encoder_linears(model: Any) -> None:
-    """On CPU (float32), give the encoder's linear layers oneDNN weights packed once, in place.
-    The encoder multiplies 1500 frames by every weight, where oneDNN's packed GEMM beats the
-    default path (outputs differ by float rounding only). Not the decoder: at 1-8 rows a step the
-    layout conversions cost more than they save. Measured: benchmarks/README.md, "Numbers behind
-    the code's choices"."""
-    import torch
+    """On CPU (float32), give the encoder's linear layers weights laid out once for their product,
+    in place: a half-precision copy where half precision holds the weight exactly (Whisper's own
+    checkpoints), else a copy packed for oneDNN, whose GEMM beats the default path at the 1500
+    frames a window multiplies by every weight. Outputs differ by float rounding only. Measured:
+    benchmarks/README.md, "Numbers behind the code's choices"."""
+    from whosaid.recognition.products import half_products_available, onednn_available
 
-    if not torch.backends.mkldnn.is_available():
+    if not (half_products_available() or onednn_available()):
+        logger.info("neither half-precision nor oneDNN products here; the encoder runs unpacked")
         return
-    try:
-        packed_linear = _packed_linear_class()
-    except (ImportError, AttributeError):  # a torch without torch.utils.mkldnn: the default path
-        logger.info("oneDNN packed linear layers are unavailable; the encoder runs unpacked")
-        return
-    replace_encoder_linears(model, packed_linear)
+    replace_encoder_linears(model, _packed_linear_class())
 
 
 @functools.lru_cache(maxsize=1)
 def _packed_linear_class() -> type:
-    import warnings
-
     import torch
 
-    with warnings.catch_warnings():
-        # torch.utils.mkldnn is written with torch.jit.script_method, deprecated in favour of
-        # torch.compile; torch is pinned (2.10), and compiling costs start-up time for no gain here.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.utils.mkldnn import MkldnnLinear
+    from whosaid.recognition.products import HalfWeights, onednn_available, onednn_linear, pack_for_onednn
+
+    # The frames of one 30 s window, the rows the encoder multiplies at a time on CPU.
+    WHISPER_ENCODER_FRAMES = 1500
 
     class PackedLinear(torch.nn.Module):
-        """torch's MkldnnLinear takes (rows, features); the encoder passes (batch, frames, features)."""
+        """A linear layer whose weight is multiplied from a copy laid out for its product once:
+        exact half precision (`HalfWeights`) or packed for oneDNN (the original is let go)."""
 
         def __init__(self, linear: torch.nn.Linear) -> None:
             super().__init__()
-            self.packed = MkldnnLinear(linear, torch.float32)
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            weight = linear.weight.detach()
+            self.bias = None if linear.bias is None else linear.bias.detach()
+            self.half = HalfWeights.of(weight, self.bias)
+            self.packed = None
+            if self.half is None and onednn_available():
+                self.packed = pack_for_onednn(weight, WHISPER_ENCODER_FRAMES)
+            self.weight = weight if self.half is None and self.packed is None else None
 
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-            output = self.packed(hidden.reshape(-1, hidden.shape[-1]))
-            return output.reshape(*hidden.shape[:-1], output.shape[-1])
+            if self.half is not None:
+                return self.half(hidden)
+            if self.packed is not None:
+                return onednn_linear(hidden, self.packed, self.bias)
+            return torch.nn.functional.linear(hidden, self.weight, self.bias)
 
     return PackedLinear
 
@@ -209,12 +213,8 @@ def load_whisper(settings: ModelSettings) -> tuple[Any, Any]:
     if settings.quantization == "int8":
         quantize_int8(model)
     elif model.device.type == "cpu" and model.dtype == torch.float32:
+        # The decoder's products are chosen (and measured) as its step is built, with the model.
         prepack_encoder_linears(model)
-        # Measured now rather than in the first request (whosaid.recognition.decoder_step).
-        from whosaid.recognition.decoder_step import cpu_products, product_shapes
-
-        products = cpu_products(product_shapes(model))
-        logger.info("decoder products on this CPU at %d threads: %s", torch.get_num_threads(), products)
     page_in_weights(model)
     return model, processor
 
