@@ -188,6 +188,9 @@ def _fastest_times(functions: Sequence[Callable[[], Any]], rounds: int = 5) -> l
     return [min(kept) for kept in times]
 
 
+HALF_CHECK_ELEMENTS = 2**20
+
+
 class HalfWeights:
     """hidden @ weight^T + bias from a copy of the weight in half precision, for a float32 weight
     that half precision holds exactly: Whisper's own checkpoints were released in float16, so
@@ -209,9 +212,12 @@ class HalfWeights:
         if weight.device.type != "cpu" or weight.dtype != torch.float32 or not half_products_available():
             return None
         with torch.no_grad():
-            half = weight.half()
-            if not torch.equal(half.float(), weight):
-                return None
+            # Checked a block of rows at a time: no full copy of the weight (the output projection's
+            # is 100 MB in float32) besides the packed half one.
+            rows = max(1, HALF_CHECK_ELEMENTS // max(1, weight.shape[1]))
+            for block in weight.split(rows):
+                if not torch.equal(block.half().float(), block):
+                    return None
             return cls(torch.ops.quantized.linear_prepack_fp16(weight, bias))
 
     def __call__(self, hidden: Any) -> Any:
