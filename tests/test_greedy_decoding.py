@@ -328,3 +328,25 @@ def test_the_decoder_step_multiplies_a_released_whisper_from_half_copies(tiny_en
     assert len(halves) == 6 * len(real.plans) + 1 and all(product.half is not None for product in halves)
     random = tiny_engine.recognizer.decoder.step
     assert random.products and all(product.half is None for product in random.products)
+
+
+def test_half_products_are_the_same_whatever_the_thread_count_and_the_rows_beside() -> None:
+    """A row's product from a half copy does not depend on torch's thread count nor on the rows
+    multiplied with it (the measured float32 products may: their choice and kernels vary)."""
+    import torch
+
+    from whosaid.recognition.products import HalfWeights
+
+    generator = torch.Generator().manual_seed(11)
+    weight = (torch.randn(4099, 256, generator=generator) / 16).half().float()
+    half = HalfWeights.of(weight, torch.randn(4099, generator=generator))
+    assert half is not None
+    rows = torch.randn(8, 256, generator=generator)
+    with torch_threads(1):
+        expected = half(rows)
+    for threads in (2, 3, 4):
+        with torch_threads(threads):
+            assert torch.equal(half(rows), expected)
+            for row in range(8):
+                assert torch.equal(half(rows[row : row + 1]), expected[row : row + 1])
+            assert torch.equal(half(rows[:3]), expected[:3])
