@@ -16,27 +16,13 @@ all of Whisper's released checkpoints).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from benchmarks.local_server import REPO_ROOT
+from benchmarks.timing import interleaved_medians
 
 COPIES_BYTES = 64 * 2**20
-
-
-def median_ms(functions: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Each function's median time in ms, the functions interleaved, after one call each."""
-    for function in functions.values():
-        function()
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
-            started = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - started)
-    return {name: 1e3 * statistics.median(kept) for name, kept in times.items()}
 
 
 @contextmanager
@@ -72,11 +58,11 @@ def products_table(step: Any, repeats: int) -> None:
         for rows in (1, 4, 8):
             hidden = torch.randn(rows, 1, shape[1], generator=generator)
             with torch.inference_mode():
-                times = median_ms({"half": each(halves, hidden), "float32": each(floats, hidden)}, repeats)
+                times = interleaved_medians({"half": each(halves, hidden), "float32": each(floats, hidden)}, repeats)
             kind = "one row in blocks" if rows == 1 and measured.one_row_in_blocks else "plain"
             if rows > 1:
                 kind = measured.for_several_rows(shape, rows)
-            half_ms, float_ms = times["half"] / copies, times["float32"] / copies
+            half_ms, float_ms = 1e3 * times["half"] / copies, 1e3 * times["float32"] / copies
             print(
                 f"| {shape[0]} x {shape[1]} | {rows} | {half_ms:.3f} | {float_ms:.3f} ({kind}) | "
                 f"{half_ms / float_ms:.2f} |"
@@ -141,10 +127,10 @@ def main() -> None:
                 "half": decoding(with_halves, batch, prompt, tokens, "half"),
                 "float32": decoding(without, batch, prompt, tokens, "float32"),
             }
-            times = median_ms(runs, args.repeats)
+            times = interleaved_medians(runs, args.repeats)
             print(
-                f"| greedy, one 30 s window x {rows} | {rows} | {times['half'] / 1e3:.3f} | "
-                f"{times['float32'] / 1e3:.3f} | {tokens['half'] == tokens['float32']} |"
+                f"| greedy, one 30 s window x {rows} | {rows} | {times['half']:.3f} | "
+                f"{times['float32']:.3f} | {tokens['half'] == tokens['float32']} |"
             )
 
 

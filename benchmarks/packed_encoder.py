@@ -9,12 +9,12 @@ runs it on CPU (one window per pass).
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import subprocess
 import sys
-import time
 
 from benchmarks.local_server import REPO_ROOT
+from benchmarks.timing import interleaved_medians
 
 
 def rss_after_load(model: str, packed: bool) -> float:
@@ -52,17 +52,11 @@ def main() -> None:
     }
     prepack_encoder_linears(models["packed"])
     features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0))
-    times: dict[str, list[float]] = {name: [] for name in models}
     with torch.inference_mode():
-        for model in models.values():
-            model.get_encoder()(features)  # warm-up
-        for _ in range(args.repeats):
-            for name, model in models.items():
-                started = time.perf_counter()
-                model.get_encoder()(features)
-                times[name].append(time.perf_counter() - started)
-    for name, values in times.items():
-        print(f"encoder, one window, {name}: median {statistics.median(values):.2f} s of {args.repeats}")
+        runs = {name: functools.partial(model.get_encoder(), features) for name, model in models.items()}
+        medians = interleaved_medians(runs, args.repeats)
+    for name, median_s in medians.items():
+        print(f"encoder, one window, {name}: median {median_s:.2f} s of {args.repeats}")
 
 
 if __name__ == "__main__":
