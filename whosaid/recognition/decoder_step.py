@@ -117,27 +117,20 @@ class _FusedProjection:
         self.scale_query = False  # the product gives the query unscaled
         self.quantized: Optional[Any] = None
         if all(type(part) is torch.nn.Linear for part in parts):
-            self.product = self._fused(parts, 1.0, half_if_lossless=True)
+            with torch.no_grad():
+                weight = torch.cat([part.weight for part in parts])
+                bias = torch.cat(
+                    [part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0]) for part in parts]
+                )
+            self.product = Product(weight, bias, half_if_lossless=True)
             self.scale_query = self.product.half is not None
             if not self.scale_query:
-                self.product = self._fused(parts, scaling)
+                # Folded into the fused copy's query rows (its own tensors, not the model's).
+                weight[: self.width] *= scaling
+                bias[: self.width] *= scaling
+                self.product = Product(weight, bias)
         else:
             self.quantized = fused_dynamic_int8(parts)
-
-    @staticmethod
-    def _fused(parts: Sequence[Any], query_scale: float, *, half_if_lossless: bool = False) -> Product:
-        import torch
-
-        scales = (query_scale, 1.0, 1.0)
-        with torch.no_grad():
-            weight = torch.cat([part.weight * scale for part, scale in zip(parts, scales, strict=True)])
-            bias = torch.cat(
-                [
-                    (part.bias if part.bias is not None else torch.zeros_like(part.weight[:, 0])) * scale
-                    for part, scale in zip(parts, scales, strict=True)
-                ]
-            )
-        return Product(weight, bias, half_if_lossless=half_if_lossless)
 
     def products(self) -> list[Product]:
         return [self.product] if self.product is not None else []
