@@ -8,7 +8,7 @@ import functools
 import logging
 from typing import Any, Callable
 
-from whosaid.config import ModelSettings
+from whosaid.config import WHISPER_FRAMES_PER_S, WHISPER_WINDOW_S, ModelSettings
 from whosaid.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -150,8 +150,8 @@ def _packed_linear_class() -> type:
 
     from whosaid.recognition.products import HalfWeights, onednn_available, onednn_linear, pack_for_onednn
 
-    # The frames of one 30 s window, the rows the encoder multiplies at a time on CPU.
-    WHISPER_ENCODER_FRAMES = 1500
+    # The frames of one 30 s window (1500), the rows the encoder multiplies at a time on CPU.
+    window_frames = int(WHISPER_WINDOW_S * WHISPER_FRAMES_PER_S)
 
     class PackedLinear(torch.nn.Module):
         """A linear layer whose weight is multiplied from a copy laid out for its product once:
@@ -165,7 +165,7 @@ def _packed_linear_class() -> type:
             self.half = HalfWeights.of(weight, self.bias)
             self.packed = None
             if self.half is None and onednn_available():
-                self.packed = pack_for_onednn(weight, WHISPER_ENCODER_FRAMES)
+                self.packed = pack_for_onednn(weight, window_frames)
             self.weight = weight if self.half is None and self.packed is None else None
 
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
