@@ -83,10 +83,10 @@ def decoding(decoder: Any, states: Any, prompt: list[int], tokens: dict[str, Any
 
 
 def step_products(step: Any) -> list[Any]:
-    found = [plan.self_qkv.product for plan in step.plans] + [step.output]
-    for plan in step.plans:
-        found += [plan.self_out, plan.cross_query, plan.cross_out, plan.fc1, plan.fc2]
-    return [product for product in found if product is not None and hasattr(product, "weight")]
+    from whosaid.recognition.products import Product
+
+    found = [product for plan in step.plans for product in plan.products()]
+    return found + ([step.output] if isinstance(step.output, Product) else [])
 
 
 def main() -> None:
