@@ -189,3 +189,51 @@ def test_added_memory_is_the_peak_over_the_rss_after_loading() -> None:
     (ratio,) = headline_ratios([ours, theirs])
     assert ratio["memory_ratio"] == 1300.0 / 800.0 and ratio["added_memory_ratio"] == 0.75
     assert ratio["time_ratio"] == 0.8
+
+
+def test_shifted_silence_is_put_before_the_samples_and_nothing_else_changes() -> None:
+    import numpy as np
+
+    from benchmarks.shifted_wer import shifted
+
+    samples = np.arange(1, 5, dtype=np.float32)
+    assert np.array_equal(shifted(samples, 0), samples)
+    moved = shifted(samples, 20)  # 20 ms at 16 kHz: 320 samples of silence
+    assert moved.dtype == np.float32 and moved.shape == (324,)
+    assert not moved[:320].any() and np.array_equal(moved[320:], samples)
+
+
+@pytest.mark.slow
+def test_shifted_wer_scores_every_shift_of_every_implementation(tmp_path: Path) -> None:
+    import statistics
+
+    from benchmarks.wer import word_error_rate
+
+    implementations = ("whosaid", "faster-whisper-fp32-greedy")
+    run_script(
+        "-m", "benchmarks.shifted_wer", "--model", "whisper-tiny.en", "--clips", "smoke", "--shifts-ms", "0,20",
+        "--implementations", ",".join(implementations), "--output-dir", str(tmp_path),
+    )
+
+    result = json.loads(only_file(tmp_path, "shifted-wer-*.json").read_text())
+    reference = result["settings"]["clips"]["smoke"]["reference"]
+    assert reference == "This is Diane in New Jersey."
+    assert [row["implementation"] for row in result["rows"]] == list(implementations)
+    for row in result["rows"]:
+        assert [run["shift_ms"] for run in row["runs"]] == [0, 20]
+        wers = [run["wer"] for run in row["runs"]]
+        assert wers == [word_error_rate(reference, run["text"]) for run in row["runs"]]
+        assert all("new jersey" in run["text"].lower() for run in row["runs"])
+        assert (row["mean"], row["min"], row["max"]) == (statistics.fmean(wers), min(wers), max(wers))
+    table = (tmp_path / "shifted-wer-latest.md").read_text()
+    assert "WER with 0, 20 ms of silence first; whisper-tiny.en" in table
+    for row in result["rows"]:
+        assert f"| smoke | {row['implementation']} |" in table and f"| {row['mean']:.3f} |" in table
+
+
+def test_shifted_wer_refuses_an_unknown_implementation() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.shifted_wer", "--implementations", "whosaid,nope"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
+    )
+    assert result.returncode != 0 and "unknown implementation(s) nope; choose from whosaid," in result.stderr
