@@ -9,7 +9,7 @@ one word is 0.012 of WER, and which words a window yields turns on such details:
 clip says little about the difference between two systems. The mean over the shifts is the
 figure to compare; the spread shows how far one figure may land from it.
 
-    python -m benchmarks.shifted_wer                      # whisper-base, 30 s and 2 min, four systems
+    python -m benchmarks.shifted_wer                      # whisper-base, 30 s and 2 min, five rows each
     python -m benchmarks.shifted_wer --clips 30 --shifts-ms 0,20 --implementations whosaid
 
 Results: benchmarks/results/shifted-wer-<timestamp>.json and shifted-wer-latest.md (or
@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.clips import SAMPLE_RATE_HZ, build_clip, word_error_rate
 from benchmarks.environment import result_head, usable_cpus, utc_minute
 from benchmarks.report import RESULTS_DIR, markdown_table, write_results
-from benchmarks.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL
+from benchmarks.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, comma_separated, refuse_unknown_implementations
 from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, IMPLEMENTATIONS, Job
 
 DEFAULT_IMPLEMENTATIONS = (
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--implementations",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        type=comma_separated,
         default=list(DEFAULT_IMPLEMENTATIONS),
         help=f"comma-separated, from {', '.join(ASR_IMPLEMENTATIONS)}",
     )
@@ -79,11 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    unknown = [name for name in args.implementations if name not in ASR_IMPLEMENTATIONS]
-    if unknown:
-        raise SystemExit(
-            f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}"
-        )
+    refuse_unknown_implementations(args.implementations)
     if not args.shifts_ms or min(args.shifts_ms) < 0:
         raise SystemExit("--shifts-ms takes one or more milliseconds, none negative")
     from benchmarks.models import resolve_model
@@ -97,7 +93,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = []
     for name in args.implementations:
         implementation = IMPLEMENTATIONS[name]
-        job = Job(name, "", model.name, model.transformers_model, model.ct2_model, args.batch_size, 1, 0, args.threads)
+        job = Job(
+            implementation=name,
+            clip=",".join(clips),
+            model_name=model.name,
+            transformers_model=model.transformers_model,
+            ct2_model=model.ct2_model,
+            batch_size=args.batch_size,
+            repeats=len(args.shifts_ms),
+            warmup=0,
+            threads=args.threads,
+        )
         run = implementation.load(job)
         for spec, clip in clips.items():
             runs = []

@@ -55,6 +55,20 @@ WHISPER_WINDOW_S = 30.0  # the assisted modes are compared where they apply: one
 WORKER_TIMEOUT_S = 1800  # one load or one run of one implementation on one clip
 
 
+def comma_separated(text: str) -> list[str]:
+    """The names of an option such as --implementations: comma-separated, blanks dropped."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def refuse_unknown_implementations(names: Sequence[str]) -> None:
+    """Exit with a message naming each of `names` that is no ASR implementation, and the choices."""
+    unknown = [name for name in names if name not in ASR_IMPLEMENTATIONS]
+    if unknown:
+        raise SystemExit(
+            f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}"
+        )
+
+
 def plan_jobs(args: argparse.Namespace, model: Any, clips: dict[str, Clip]) -> list[Job]:
     """Clip by clip, the implementations back to back, so that the load they meet is similar."""
 
@@ -97,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--implementations",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        type=comma_separated,
         help=f"comma-separated, from {', '.join(ASR_IMPLEMENTATIONS)} (default all)",
     )
     parser.add_argument("--assistant", help="assistant model: also time assisted / unassisted / auto on clips <= 30 s")
@@ -147,11 +161,7 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
         args.output_dir = SMOKE_RESULTS_DIR if args.smoke else RESULTS_DIR
     if args.repeats < 1 or args.warmup < 0 or args.batch_size < 1 or args.threads < 1:
         raise SystemExit("--repeats, --batch-size and --threads must be at least 1, --warmup at least 0")
-    unknown = [name for name in args.implementations or [] if name not in ASR_IMPLEMENTATIONS]
-    if unknown:
-        raise SystemExit(
-            f"unknown implementation(s) {', '.join(unknown)}; choose from {', '.join(ASR_IMPLEMENTATIONS)}"
-        )
+    refuse_unknown_implementations(args.implementations or [])
     return args
 
 
