@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.scoring import AMI_DIR, as_tracks, der, new_metric, read_rttm
 from tests.support.threads import torch_threads
-from tests.support.timelines import annotation
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
@@ -23,35 +23,12 @@ from whosaid.speakers.clustering import ClusteringOptions, cluster_speakers
 
 pytestmark = pytest.mark.slow
 
-AMI_DIR = Path(__file__).parent / "data" / "ami"
 SAMPLE_RATE_HZ = 16_000
 Reference = list[tuple[float, float, str]]
 
 
-def read_rttm(path: Path) -> dict[str, Reference]:
-    references: dict[str, Reference] = {}
-    for line in path.read_text().splitlines():
-        fields = line.split()
-        start_s = float(fields[3])
-        references.setdefault(fields[1], []).append((start_s, start_s + float(fields[4]), fields[7]))
-    return references
-
-
-def hypothesis(turns: tuple[SpeakerTurn, ...]) -> Reference:
-    return [(turn.start_s, turn.end_s, turn.speaker) for turn in turns]
-
-
-def new_metric():
-    from pyannote.metrics.diarization import DiarizationErrorRate
-
-    return DiarizationErrorRate(collar=0.0, skip_overlap=False)
-
-
 def score(metric, reference: Reference, turns: tuple[SpeakerTurn, ...], duration_s: float) -> float:
-    from pyannote.core import Segment, Timeline
-
-    uem = Timeline([Segment(0.0, duration_s)])
-    return float(metric(annotation(reference), annotation(hypothesis(turns)), uem=uem))
+    return der(reference, as_tracks(turns), duration_s, metric)
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +117,8 @@ def test_the_step_is_finer_on_short_recordings_and_a_setting_overrides_it(
 
 def test_der_on_two_minute_meetings_at_the_long_recordings_step(builtin_diarizer: BuiltinDiarizer, ami) -> None:
     # Four consecutive AMI snippets end to end, from each of the ten: ten 2-minute meetings that
-    # the 5 s step diarizes (benchmarks/README.md: 0.353 at 5 s, 0.335 at 2.5 s).
+    # the 5 s step diarizes, 5-14 speakers each (benchmarks/README.md: 0.385; 0.353 with the
+    # centroid linkage that the real conversations showed wrong).
     snippets = list(ami.values())
     metric = new_metric()
     for first in range(len(snippets)):
@@ -154,7 +132,7 @@ def test_der_on_two_minute_meetings_at_the_long_recordings_step(builtin_diarizer
         diarization = builtin_diarizer.diarize(meeting, SpeakerHints())
         assert_well_formed(diarization, meeting.duration_s)
         score(metric, reference, diarization.turns, meeting.duration_s)
-    assert abs(metric) <= 0.37
+    assert abs(metric) <= 0.39
 
 
 @pytest.mark.parametrize(

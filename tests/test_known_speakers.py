@@ -43,6 +43,18 @@ def test_assignment_is_one_to_one_and_maximises_the_total() -> None:
     assert matches == {"A": ("bob", round(scores["A"][1], 4)), "B": ("alice", round(scores["B"][0], 4))}
 
 
+def test_a_speaker_close_to_two_voices_keeps_its_label() -> None:
+    # SPEAKER_00 scores 0.70 with alice and 0.68 with bob: above the threshold, but within the
+    # margin of both voices, so neither name is given; SPEAKER_01 is clearly carol.
+    alice, bob, carol = voice("alice", 1, 0, 0), voice("bob", 0, 1, 0), voice("carol", 0, 0, 1)
+    embeddings = {"SPEAKER_00": np.array([0.70, 0.68, np.sqrt(1 - 0.70**2 - 0.68**2)]), "SPEAKER_01": unit(0.1, 0, 1)}
+    matches = match_speakers(embeddings, [alice, bob, carol], threshold=0.5, margin=0.05)
+    assert matches["SPEAKER_00"] == (None, 0.7)
+    assert matches["SPEAKER_01"][0] == "carol"
+    # Without a margin the assignment names it.
+    assert match_speakers(embeddings, [alice, bob, carol], threshold=0.5)["SPEAKER_00"] == ("alice", 0.7)
+
+
 def test_below_the_threshold_a_speaker_keeps_its_label_and_reports_its_best_score() -> None:
     embeddings = {"SPEAKER_00": unit(1, 0, 0), "SPEAKER_01": unit(0, 0, 1)}
     matches = match_speakers(embeddings, [voice("alice", 1, 0.1, 0), voice("bob", 0, 1, 0)], threshold=0.45)

@@ -67,6 +67,9 @@ class Diarization:
 
     turns: tuple[SpeakerTurn, ...]
     exclusive_turns: tuple[SpeakerTurn, ...]
+    #: (speaker, unit-length mean of the embeddings the diarizer clustered into it), where the
+    #: diarizer has them (the built-in one): known speakers are matched on them.
+    centroids: tuple[tuple[str, tuple[float, ...]], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -141,11 +141,14 @@ class BuiltinDiarizer:
         if audio.samples.size == 0:
             return Diarization(turns=(), exclusive_turns=())
         segmentations = self.segment(audio)
+        embeddings = self.embed(audio, segmentations)
         try:
-            hard_clusters = self.cluster(segmentations, self.embed(audio, segmentations), hints)
+            hard_clusters = self.cluster(segmentations, embeddings, hints)
         except TooFewSpeakers as error:
             raise too_many_speakers(audio.duration_s, hints) from error
-        diarization = self.reconstruct(segmentations, hard_clusters, hints, audio.duration_s)
+        diarization = self.reconstruct(
+            segmentations, hard_clusters, hints, audio.duration_s, centroids(embeddings, hard_clusters)
+        )
         # A speaker of the clustering may win no frame of the reconstruction: fewer than asked for.
         return check_speaker_count(diarization, hints, audio.duration_s)
 
@@ -233,10 +236,16 @@ class BuiltinDiarizer:
         return clusters
 
     def reconstruct(
-        self, segmentations: Any, hard_clusters: np.ndarray, hints: SpeakerHints, duration_s: float
+        self,
+        segmentations: Any,
+        hard_clusters: np.ndarray,
+        hints: SpeakerHints,
+        duration_s: float,
+        speaker_centroids: Optional[dict[int, np.ndarray]] = None,
     ) -> Diarization:
         """pyannote's reconstruction of a diarization from clustered chunks, overlap included,
-        and its exclusive view; speakers named in order of first appearance."""
+        and its exclusive view; speakers named in order of first appearance, each with its
+        centroid from `speaker_centroids` (cluster -> vector) where given."""
         from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput, SpeakerDiarization
         from pyannote.audio.pipelines.utils import SpeakerDiarizationMixin
         from pyannote.core import Annotation
@@ -275,7 +284,30 @@ class BuiltinDiarizer:
             speaker_diarization=overlapping.rename_labels(mapping=names),
             exclusive_speaker_diarization=exclusive.rename_labels(mapping=names) if exclusive else Annotation(),
         )
-        return diarization_from_output(output, duration_s)
+        diarization = diarization_from_output(output, duration_s)
+        named = tuple(
+            (names[label], tuple(float(x) for x in speaker_centroids[label]))
+            for label in first_heard
+            if speaker_centroids and label in speaker_centroids
+        )
+        return replace(diarization, centroids=named)
+
+
+def centroids(embeddings: ChunkEmbeddings, hard_clusters: np.ndarray) -> dict[int, np.ndarray]:
+    """cluster -> unit-length mean of the unit embeddings clustered into it, each weighted by
+    the clean speech it was made from (the local speakers that followed their neighbours have
+    none)."""
+    vectors = embeddings.vectors.astype(np.float64)
+    result = {}
+    for cluster in np.unique(hard_clusters[hard_clusters >= 0]):
+        members = (hard_clusters == cluster) & ~np.isnan(vectors).any(axis=2)
+        if not members.any():
+            continue
+        units = vectors[members] / np.maximum(np.linalg.norm(vectors[members], axis=1, keepdims=True), 1e-12)
+        weights = np.maximum(embeddings.clean_speech_s[members], 1e-3)[:, None]
+        mean = (units * weights).sum(axis=0)
+        result[int(cluster)] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+    return result
 
 
 def _follow_neighbours(

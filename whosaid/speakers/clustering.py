@@ -2,11 +2,20 @@
 
 Each 10 s chunk of segmentation gives up to three local speakers, each with a speaker embedding
 and the seconds it speaks alone in the chunk. Embeddings of enough clean speech are clustered
-(centroid linkage on unit vectors, as pyannote's AgglomerativeClustering does); a cluster is a
-speaker when it holds enough speech, counted in seconds, so the rule does not depend on the
-chunk step or the recording's length: a voice heard for two seconds in an hour is a speaker, a
-cough is not. Every local speaker then joins its nearest speaker, at most one local speaker per
-speaker in a chunk (pyannote's constrained assignment).
+(average linkage on unit vectors); a cluster is a speaker when it holds enough speech, counted in
+seconds, so the rule does not depend on the chunk step or the recording's length: a voice heard
+for two seconds in an hour is a speaker, a cough is not. Every local speaker then joins its
+nearest speaker, at most one local speaker per speaker in a chunk (pyannote's constrained
+assignment).
+
+The count looks at the whole file, not only at one cut: where the threshold's cut gives several
+speakers, that count and one fewer are compared, and the cut whose speakers are better separated
+(the higher silhouette, each embedding weighted by its speech) wins. A voice that drifts over
+minutes of talk (a raised voice, another distance to the microphone) then stays one speaker even
+where its halves lie further apart than a fixed cut allows. Centroid linkage, which
+pyannote's AgglomerativeClustering uses, was replaced: on minutes of two-person talk its two-way
+split cut one speaker's outliers off rather than the two voices apart (benchmarks/README.md,
+"Who spoke when on recordings it was not tuned on").
 
 Everything here is float64 numpy and scipy's single-threaded linkage: the count is the same
 whatever the BLAS or torch thread count.
@@ -27,9 +36,11 @@ DEFAULT_MAX_SPEAKERS = 20
 
 @dataclass(frozen=True)
 class ClusteringOptions:
-    # Centroid-linkage cut, as a Euclidean distance between unit vectors (2 - 2 cos = d^2). It
-    # depends on the embedder: None in the built-in diarizer's options means its embedder's
-    # `clustering_threshold`; `cluster_speakers` needs a number.
+    # Average-linkage cut, as a Euclidean distance between unit vectors (2 - 2 cos = d^2): the
+    # speech holds several voices when it gives more than one speaker, and it is the count where
+    # too few embeddings exist to compare cuts. It depends on the embedder: None in the built-in
+    # diarizer's options means its embedder's `clustering_threshold`; `cluster_speakers` needs a
+    # number.
     threshold: Optional[float] = None
     # A cluster holding less speech than this (seconds, overlapping chunks counted once) is not a
     # speaker; its members join the nearest speaker.
@@ -39,6 +50,12 @@ class ClusteringOptions:
     max_points: int = 3000
     # When the hints and the threshold disagree, this many other cuts of the tree are tried.
     max_cuts: int = 200
+    # The separation of a cut is measured on at most this many embeddings (an even spread of
+    # them): its cost grows with their square.
+    max_separation_points: int = 1000
+    # Cuts of up to this many clusters more than the most speakers allowed are compared: their
+    # brief clusters join the speakers.
+    max_brief_clusters: int = 5
 
 
 class TooFewSpeakers(Exception):
@@ -86,7 +103,7 @@ def cluster_speakers(
     if len(points) == 1:
         labels = np.zeros(1, dtype=int)
     else:
-        dendrogram = linkage(points, method="centroid", metric="euclidean")
+        dendrogram = linkage(points, method="average", metric="euclidean")
         labels = _cut(dendrogram, points, point_speech_s, hints, options, fcluster)
     n_speakers = int(labels.max()) + 1
     if n_speakers < hints.lowest:
@@ -96,13 +113,28 @@ def cluster_speakers(
     return _assign(embeddings, embedded, centroids)
 
 
+# Fewer embeddings than this say too little to compare cuts by their separation: the threshold
+# alone decides.
+MIN_POINTS_TO_COMPARE_CUTS = 4
+# Separations this close are a tie, which the cut with fewer speakers wins (sums of float64
+# products can differ in their last bits with the BLAS kernel; a tie must not).
+SEPARATION_TIE = 1e-9
+
+
 def _cut(dendrogram, points, speech_s, hints, options, fcluster) -> np.ndarray:
-    """Labels 0..k-1 of the points for the speaker count the hints and the threshold give; points
-    of clusters too small to be speakers are given to the nearest speaker."""
+    """Labels 0..k-1 of the points for the speaker count the hints, the threshold and the
+    separation of the cuts give; points of clusters too small to be speakers are given to the
+    nearest speaker."""
     n_points = len(points)
     at_threshold = fcluster(dendrogram, options.threshold, criterion="distance") - 1
     estimated = _speakers(at_threshold, speech_s, options.min_speaker_s)
     target = int(np.clip(len(estimated), hints.lowest, hints.highest(DEFAULT_MAX_SPEAKERS)))
+    if target >= 2 and n_points >= MIN_POINTS_TO_COMPARE_CUTS:
+        # The threshold's count, or one speaker fewer where that separates the voices better.
+        fewest = target if hints.lowest >= target else max(2, hints.lowest, target - 1)
+        separated = _best_separated(dendrogram, points, speech_s, (fewest, target), options, fcluster)
+        if separated is not None:
+            return separated
     if len(estimated) == target:
         return _relabel(at_threshold, estimated, points)
     # Another cut of the same tree: the number of clusters nearest the threshold's that gives the
@@ -123,6 +155,52 @@ def _cut(dendrogram, points, speech_s, hints, options, fcluster) -> np.ndarray:
     if len(sizes) < hints.lowest:
         raise TooFewSpeakers()
     return _relabel(labels, list(np.argsort(-sizes, kind="stable")[:target]), points)
+
+
+def _best_separated(dendrogram, points, speech_s, counts, options, fcluster) -> Optional[np.ndarray]:
+    """Labels of the cut of the tree into a number of speakers within `counts` (lowest, highest)
+    whose speakers are best separated (`_separation`); None when no cut gives such a count."""
+    lowest, highest = counts
+    sample = np.linspace(0, len(points) - 1, min(len(points), options.max_separation_points)).round().astype(int)
+    distances = 1.0 - points[sample] @ points[sample].T
+    best: Optional[tuple[float, np.ndarray]] = None
+    seen: set[bytes] = set()
+    # Clusters too brief to be speakers join others, so a cut may need more clusters than speakers.
+    for n_clusters in range(2, min(len(points) - 1, highest + options.max_brief_clusters) + 1):
+        labels = fcluster(dendrogram, n_clusters, criterion="maxclust") - 1
+        speakers = _speakers(labels, speech_s, options.min_speaker_s)
+        if not lowest <= len(speakers) <= highest:
+            continue
+        labels = _relabel(labels, speakers, points)
+        if labels.tobytes() in seen:
+            continue
+        seen.add(labels.tobytes())
+        separation = _separation(distances, labels[sample], speech_s[sample])
+        if best is None or separation > best[0] + SEPARATION_TIE:
+            best = (separation, labels)
+    return None if best is None else best[1]
+
+
+def _separation(distances: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> float:
+    """The silhouette of a partition on cosine distances, each point weighted by its speech: per
+    point, (b - a) / max(a, b), a its weighted mean distance to the rest of its speaker, b to the
+    nearest other speaker; a point alone in its speaker scores 0."""
+    n_speakers = int(labels.max()) + 1
+    if n_speakers < 2:
+        return -1.0
+    members = np.eye(n_speakers)[labels] * weights[:, None]  # (points, speakers)
+    totals = distances @ members  # weighted distance sums, self included (distance 0)
+    own_weight = members.sum(axis=0)[labels] - weights
+    index = np.arange(len(labels))
+    speaker_weight = members.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(speaker_weight > 0, totals / speaker_weight, np.inf)
+        own = totals[index, labels] / own_weight
+    means[index, labels] = np.inf
+    nearest = means.min(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = np.where(own_weight > 0, (nearest - own) / np.maximum(own, nearest), 0.0)
+    return float(np.average(np.nan_to_num(scores), weights=weights))
 
 
 def _speakers(labels: np.ndarray, speech_s: np.ndarray, min_speaker_s: float) -> list[int]:

@@ -38,6 +38,9 @@ REFERENCE_VAD = VadOptions(threshold=0.2)
 # At most this much of a reference's, or of a speaker's, speech is embedded: a few tens of
 # seconds describe a voice, and the encoder's cost grows with what it reads.
 MAX_EMBEDDED_SPEECH_S = 30.0
+# A speaker at most this much more similar to its best voice than to another is ambiguous between
+# the two and keeps its SPEAKER_NN label (benchmarks/README.md, known speakers on conversations).
+AMBIGUITY_MARGIN = 0.05
 # A speaker's clean speech pieces shorter than this are boundary slivers, not words.
 MIN_PIECE_S = 0.2
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".mp4", ".webm", ".aac")
@@ -85,11 +88,13 @@ class SpeakerIdentifier:
         vad: Any,
         library: Sequence[KnownVoice] = (),
         threshold: Optional[float] = None,
+        margin: float = AMBIGUITY_MARGIN,
     ) -> None:
         self.embedding = embedding
         self.vad = vad
         self.library = tuple(library)
         self.threshold = embedding.same_speaker_similarity if threshold is None else threshold
+        self.margin = margin
 
     def embed_samples(self, samples: np.ndarray) -> Optional[np.ndarray]:
         """Unit-length embedding of 16 kHz samples, or None when they are too short to embed."""
@@ -165,7 +170,7 @@ class SpeakerIdentifier:
         """The diarization with matched speakers renamed, and what was decided per speaker."""
         embeddings = self.speaker_embeddings(audio, diarization)
         speakers = sorted({turn.speaker for turn in diarization.turns} | set(embeddings))
-        matches = match_speakers(embeddings, voices, self.threshold)
+        matches = match_speakers(embeddings, voices, self.threshold, self.margin)
         names = {speaker: match[0] for speaker, match in matches.items() if match[0] is not None}
         wanted = embeddings if with_embeddings else {}
         identities = tuple(
@@ -187,11 +192,13 @@ def mean_voice(name: str, clips: Sequence[np.ndarray]) -> KnownVoice:
 
 
 def match_speakers(
-    embeddings: Mapping[str, np.ndarray], voices: Sequence[KnownVoice], threshold: float
+    embeddings: Mapping[str, np.ndarray], voices: Sequence[KnownVoice], threshold: float, margin: float = 0.0
 ) -> dict[str, tuple[Optional[str], float]]:
     """speaker -> (name or None, similarity): one voice per speaker and one speaker per voice,
-    maximising the summed cosine similarity (Hungarian); a pair below `threshold` names nobody.
-    A speaker left without a voice (more speakers than voices) reports its best similarity."""
+    maximising the summed cosine similarity (Hungarian); a pair below `threshold` names nobody,
+    nor does a speaker whose two most similar voices lie within `margin` of each other
+    (ambiguous between two voices). A speaker left without a voice (more speakers than voices)
+    reports its best similarity."""
     from scipy.optimize import linear_sum_assignment
 
     speakers = sorted(embeddings)
@@ -203,9 +210,18 @@ def match_speakers(
     }
     for row, column in zip(*linear_sum_assignment(scores, maximize=True), strict=True):
         score = float(scores[row, column])
-        if score >= threshold:
+        best_two = np.sort(scores[row])[-2:]
+        ambiguous = len(best_two) == 2 and float(best_two[1] - best_two[0]) < margin
+        if score >= threshold and not ambiguous:
             result[speakers[row]] = (voices[column].name, round(score, 4))
     return result
+
+
+def name_speakers(
+    embeddings: Mapping[str, np.ndarray], voices: Sequence[KnownVoice], threshold: float, margin: float = 0.0
+) -> dict[str, Optional[str]]:
+    """speaker -> the name `match_speakers` gives it, or None."""
+    return {speaker: match[0] for speaker, match in match_speakers(embeddings, voices, threshold, margin).items()}
 
 
 def rename(diarization: Diarization, names: Mapping[str, str]) -> Diarization:
