@@ -24,37 +24,20 @@ least) and wall seconds. `--repeats N` times each N times in its process and rep
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
 import subprocess
 import sys
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from benchmarks import scoring
+from benchmarks.scoring import AMI_DIR, REPO, read_rttm, sample_wav
 from benchmarks.timing import median_seconds
 
-REPO = Path(__file__).resolve().parents[1]
-AMI_DIR = REPO / "tests" / "data" / "ami"
 SAMPLE_RATE_HZ = 16_000
-
-
-def sample_wav() -> Path:
-    spec = importlib.util.find_spec("pyannote.audio")
-    assert spec is not None and spec.origin is not None, "pyannote.audio is not installed"
-    return Path(spec.origin).parent / "sample" / "sample.wav"
-
-
-def read_rttm(path: Path) -> dict[str, list[tuple[float, float, str]]]:
-    turns: dict[str, list[tuple[float, float, str]]] = {}
-    for line in path.read_text().splitlines():
-        fields = line.split()
-        start_s = float(fields[3])
-        turns.setdefault(fields[1], []).append((start_s, start_s + float(fields[4]), fields[7]))
-    return turns
 
 
 def build_clip(seconds: int) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
@@ -78,17 +61,9 @@ def build_clip(seconds: int) -> tuple[np.ndarray, list[tuple[float, float, str]]
 
 
 def der(reference: list[tuple[float, float, str]], turns, duration_s: float, metric=None) -> float:
-    """DER of `turns` on [0, duration_s]; `metric` accumulates over files when given."""
-    from pyannote.core import Annotation, Segment, Timeline
-    from pyannote.metrics.diarization import DiarizationErrorRate
-
-    ref, hyp = Annotation(), Annotation()
-    for start_s, end_s, speaker in reference:
-        ref[Segment(start_s, end_s)] = speaker
-    for turn in turns:
-        hyp[Segment(turn.start_s, turn.end_s)] = turn.speaker
-    metric = metric if metric is not None else DiarizationErrorRate(collar=0.0, skip_overlap=False)
-    return float(metric(ref, hyp, uem=Timeline([Segment(0.0, duration_s)])))
+    """DER of the SpeakerTurns `turns` on [0, duration_s], no collar; `metric` accumulates over
+    files when given."""
+    return scoring.der(reference, scoring.as_tracks(turns), duration_s, metric)
 
 
 def measure(
@@ -162,15 +137,15 @@ def oracle_diarization(diarizer, audio, reference):
     of this segmentation gives. Its labels are SPEAKER_NN, not the reference's names."""
     import torch
     from pyannote.audio.pipelines.clustering import OracleClustering
-    from pyannote.core import Annotation, Segment
 
     from whosaid.speaker_hints import SpeakerHints
 
     segmentations = diarizer.segment(audio)
-    annotation = Annotation()
-    for start_s, end_s, speaker in reference:
-        annotation[Segment(start_s, end_s)] = speaker
-    file = {"waveform": torch.from_numpy(audio.samples)[None], "sample_rate": SAMPLE_RATE_HZ, "annotation": annotation}
+    file = {
+        "waveform": torch.from_numpy(audio.samples)[None],
+        "sample_rate": SAMPLE_RATE_HZ,
+        "annotation": scoring.annotation(reference),
+    }
     clusters, _, _ = OracleClustering()(
         segmentations=segmentations, file=file, frames=diarizer.segmentation_model.receptive_field
     )

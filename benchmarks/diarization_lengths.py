@@ -15,7 +15,8 @@ import argparse
 
 import numpy as np
 
-from benchmarks.diarization import AMI_DIR, SAMPLE_RATE_HZ, der, read_rttm
+from benchmarks.diarization import SAMPLE_RATE_HZ, der
+from benchmarks.scoring import AMI_DIR, new_metric, read_rttm
 
 
 def main() -> None:
@@ -26,7 +27,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from pyannote.metrics.diarization import DiarizationErrorRate
 
     from whosaid.audio.loading import Audio, load_audio_file
     from whosaid.speaker_hints import SpeakerHints
@@ -49,7 +49,7 @@ def main() -> None:
     print("| meeting | " + " | ".join(f"DER, step {step:g} s" for step in steps) + " |")
     print("| --- |" + " ---: |" * len(steps))
     for count in [int(value) for value in args.snippets.split(",")]:
-        metrics = {step: DiarizationErrorRate(collar=0.0, skip_overlap=False) for step in steps}
+        metrics = {step: new_metric() for step in steps}
         for first in range(len(snippets)):
             pieces, reference, offset_s = [], [], 0.0
             for samples, turns in (snippets[(first + index) % len(snippets)] for index in range(count)):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks.diarization import AMI_DIR, build_clip, der, read_rttm, sample_wav
+from benchmarks.diarization import build_clip, der
+from benchmarks.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
 
 
 def main() -> None:
@@ -27,7 +28,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from pyannote.metrics.diarization import DiarizationErrorRate
 
     from whosaid.audio.loading import Audio, load_audio_file
     from whosaid.speaker_hints import SpeakerHints
@@ -63,7 +63,7 @@ def main() -> None:
                 diarizer.options = BuiltinDiarizerOptions(
                     segmentation_step_s=step, embedding_stride=stride, clustering=ClusteringOptions(threshold=threshold)
                 )
-                ami_metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
+                ami_metric = new_metric()
                 scores, speakers = [], 0
                 for index, (audio, reference, segmentations, embedded) in enumerate(prepared):
                     clusters = diarizer.cluster(segmentations, embedded, hints)

@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from benchmarks.scoring import read_rttm
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
@@ -35,16 +36,6 @@ from whosaid.speakers.builtin import BuiltinDiarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, match_speakers, mean_voice, rename
 
 FRAME_S = 0.01
-
-
-def read_rttm(path: Path) -> dict[str, list[tuple[float, float, str]]]:
-    turns: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    for line in path.read_text().splitlines():
-        fields = line.split()
-        if fields and fields[0] == "SPEAKER":
-            start = float(fields[3])
-            turns[fields[1]].append((start, start + float(fields[4]), fields[7]))
-    return dict(turns)
 
 
 def activity(turns, duration_s: float) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import scoring
 from tests.support.pyannote_local import build_random_diarization_pipeline
 from whosaid.audio.loading import Audio
 from whosaid.errors import InvalidParametersError
@@ -55,17 +56,8 @@ def diarizer(tmp_path_factory: pytest.TempPathFactory) -> PyannoteDiarizer:
 
 
 def der(reference_rttm: Path, turns, duration_s: float) -> float:
-    from pyannote.core import Annotation, Segment, Timeline
-    from pyannote.metrics.diarization import DiarizationErrorRate
-
-    reference, hypothesis = Annotation(), Annotation()
-    for line in reference_rttm.read_text().splitlines():
-        fields = line.split()
-        reference[Segment(float(fields[3]), float(fields[3]) + float(fields[4]))] = fields[7]
-    for turn in turns:
-        hypothesis[Segment(turn.start_s, turn.end_s)] = turn.speaker
-    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
-    return float(metric(reference, hypothesis, uem=Timeline([Segment(0.0, duration_s)])))
+    reference = next(iter(scoring.read_rttm(reference_rttm).values()))
+    return scoring.der(reference, scoring.as_tracks(turns), duration_s)
 
 
 def test_real_pyannote_pipeline_diarizes_the_sample_with_overlap(
