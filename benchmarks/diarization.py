@@ -112,15 +112,15 @@ def measure(
     return row
 
 
-def time_asr(model_dir: str, audio, warm: np.ndarray, repeats: int = 1) -> tuple[float, float]:
-    """Median wall and CPU seconds of this project's transcription of `audio` (no diarizer) over
-    `repeats` runs, after one transcription of `warm`."""
+def time_asr(model_dir: str, audio, warm: np.ndarray, repeats: int = 1, language: str = "en") -> tuple[float, float]:
+    """Median wall and CPU seconds of this project's transcription of `audio` in `language` (no
+    diarizer) over `repeats` runs, after one transcription of `warm`."""
     from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
     from whosaid.engine import Engine
 
     engine = Engine.from_settings(ModelSettings(asr_model=model_dir, diarization_model=None))
-    config, _ = engine.parse_parameters({"language": "en", "batch_size": 8})
+    config, _ = engine.parse_parameters({"language": language, "batch_size": 8})
     engine.transcribe(Audio(warm), config)
     _, wall_s, cpu_s = median_seconds(lambda: engine.transcribe(audio, config), repeats)
     return wall_s, cpu_s

@@ -1,12 +1,16 @@
 """The built-in diarizer's DER on every real recording with a reference, one table per kind.
 
-    .venv/bin/python -m benchmarks.diarization_real [--oracle] [--threshold 1.05]
+    .venv/bin/python -m benchmarks.diarization_real [--oracle] [--threshold 1.05] [--step 2.5]
+    .venv/bin/python -m benchmarks.diarization_real --cost models/whisper-base --repeats 3
 
 Kinds and scoring as `benchmarks.scoring` sets them (meetings: the ten AMI snippets, no collar;
 conversations: ../shared/data/conversations when present, 0.25 s collar; pyannote's sample),
 overlapped speech scored, no speaker count given, the diarizer's defaults (the step by
 recording length on CPU). `--oracle` adds the same segmentation and reconstruction with
 reference (oracle) clustering: what a perfect clustering of this segmentation reaches.
+`--cost DIR` times the diarizer (2 threads, median of `--repeats` after a warm-up) beside this
+project's speech recognition of the same file (the Whisper model in DIR, float32, greedy with the
+beam fallback, batch 8, in the file's language) and reports their ratio, in CPU and wall seconds.
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ from typing import Optional
 
 from benchmarks.scoring import Recording, as_tracks, recordings, score
 
+LANGUAGES = {"meeting": "en", "sample": "en", "conversation": "de"}
 
-def diarize_all(threshold: Optional[float] = None, oracle: bool = False) -> tuple[list, list]:
+
+def diarize_all(
+    threshold: Optional[float] = None, oracle: bool = False, step_s: Optional[float] = None
+) -> tuple[list, list]:
     """(recording, duration_s, turns) of the diarizer, and of oracle clustering when asked."""
     import torch
 
@@ -28,7 +36,7 @@ def diarize_all(threshold: Optional[float] = None, oracle: bool = False) -> tupl
     from whosaid.speakers.clustering import ClusteringOptions
 
     torch.set_num_threads(1)
-    options = BuiltinDiarizerOptions(clustering=ClusteringOptions(threshold=threshold))
+    options = BuiltinDiarizerOptions(segmentation_step_s=step_s, clustering=ClusteringOptions(threshold=threshold))
     diarizer = BuiltinDiarizer.load("cpu", options)
     found, floor = [], []
     for recording in recordings():
@@ -56,12 +64,49 @@ def table(found: list[tuple[Recording, float, list]], floor: list) -> str:
     return "\n".join(lines)
 
 
+def cost(
+    model_dir: str, repeats: int, step_s: Optional[float] = None, kinds: str = "meeting,conversation,sample"
+) -> None:
+    """The diarizer's time beside the speech recognition's, per file."""
+    import torch
+
+    from benchmarks.diarization import time_asr
+    from benchmarks.timing import median_seconds
+    from whosaid.audio.loading import load_audio_file
+    from whosaid.speaker_hints import SpeakerHints
+    from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
+
+    torch.set_num_threads(2)
+    diarizer = BuiltinDiarizer.load("cpu", BuiltinDiarizerOptions(segmentation_step_s=step_s))
+    files = [(recording, load_audio_file(recording.path)) for recording in recordings(kinds.split(","))]
+    warm = files[0][1]
+    diarizer.diarize(warm, SpeakerHints())
+    print("| file | length s | step s | diarization wall / CPU s | ASR wall / CPU s | diarization ÷ ASR, CPU / wall |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for recording, audio in files:
+        _, wall_s, cpu_s = median_seconds(lambda audio=audio: diarizer.diarize(audio, SpeakerHints()), repeats)
+        asr_wall_s, asr_cpu_s = time_asr(model_dir, audio, warm.samples, repeats, LANGUAGES[recording.kind])
+        print(
+            f"| {recording.name} | {audio.duration_s:.0f} | {diarizer.step_s(audio.duration_s):g} | "
+            f"{wall_s:.2f} / {cpu_s:.2f} | {asr_wall_s:.2f} / {asr_cpu_s:.2f} | "
+            f"{cpu_s / asr_cpu_s:.2f} / {wall_s / asr_wall_s:.2f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, help="clustering cut; default the embedder's")
+    parser.add_argument("--step", type=float, help="segmentation step, s; default the diarizer's by length")
     parser.add_argument("--oracle", action="store_true", help="also the DER with reference clustering")
+    parser.add_argument("--cost", metavar="DIR", help="time the diarizer beside ASR with this Whisper model")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per file with --cost (median)")
+    parser.add_argument("--kinds", default="meeting,conversation,sample", help="kinds of recording timed by --cost")
     args = parser.parse_args()
-    print(table(*diarize_all(args.threshold, args.oracle)))
+    if args.cost:
+        cost(args.cost, args.repeats, args.step, args.kinds)
+        return
+    print(table(*diarize_all(args.threshold, args.oracle, args.step)))
 
 
 if __name__ == "__main__":
