@@ -137,7 +137,10 @@ def run(args: argparse.Namespace) -> int:
         if row["status"] != "ok":
             print(f"whosaid batch: {row['path']}: {row['error']}", file=sys.stderr)
 
-    summary: Summary = run_batch(recordings, job, options, on_row=report)
+    try:
+        summary: Summary = run_batch(recordings, job, options, on_row=report)
+    except Exception as error:  # noqa: BLE001 - Ray wraps a worker's failure (models that fail to load)
+        return fail(f"the run stopped: {_root_message(error)}", 1)
     print(f"whosaid batch: {summary.describe()}", file=sys.stderr)
     return 1 if summary.failed else 0
 
@@ -153,3 +156,19 @@ def _parameters(args: argparse.Namespace) -> dict:
         "max_speakers": args.max_speakers,
     }
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _root_message(error: BaseException) -> str:
+    """The message of the whosaid error behind a Ray error (an actor whose models failed to load),
+    else the last line of the error's text (Ray's include the remote traceback)."""
+    from whosaid.errors import WhosaidError
+
+    seen: set[int] = set()
+    current: object = error
+    while isinstance(current, BaseException) and id(current) not in seen:
+        if isinstance(current, WhosaidError):
+            return str(current)
+        seen.add(id(current))
+        current = getattr(current, "cause", None) or current.__cause__
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
