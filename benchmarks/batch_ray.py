@@ -141,7 +141,8 @@ def main() -> None:
         load = ", ".join(map(str, row["load"]))
         print(f"| {row['run']} | {row['wall_s']} | {row['audio_hours_per_hour']} | {peaks} | {busy} | {load} |")
     if args.output:
-        result = {**result_head("batch_ray", started), "files": files, "audio_s": audio_s, "runs": rows,
+        named = [os.path.relpath(path, REPO_ROOT) if path.startswith(str(REPO_ROOT)) else path for path in files]
+        result = {**result_head("batch_ray", started), "files": named, "audio_s": audio_s, "runs": rows,
                   "load_average_after": load_average()}
         args.output.write_text(json.dumps(result, indent=2) + "\n")
 
