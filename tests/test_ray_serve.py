@@ -78,6 +78,8 @@ def test_the_server_on_ray_serve_answers_as_the_plain_server(
         assert requests.get(f"{url}/health", timeout=30).status_code == 200
         ready = requests.get(f"{url}/ready", timeout=30)
         assert ready.status_code == 200, ready.text
+        # Loaded by the app's own loader, before the replica took requests.
+        assert ready.json()["status"] == "ready" and ready.json()["load_duration_s"] > 0.1
 
         # The README's request.
         audio = base64.b64encode(sample_wav.read_bytes()).decode()

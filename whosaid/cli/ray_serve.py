@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from whosaid.server.settings import ServerSettings
 
 APP_NAME = "whosaid"
+#: How often a starting replica looks whether its models are loaded.
+LOAD_POLL_S = 0.2
 DEPLOYMENT_NAME = "whosaid"
 #: Keys of a YAML file: a deployment of a Serve config file, less what this module decides.
 YAML_KEYS = ("autoscaling_config", "ray_actor_options", "max_ongoing_requests")
@@ -109,11 +111,19 @@ class WhosaidReplica:
     """One replica: its engine, loaded in the constructor, and the server's app around it."""
 
     async def __init__(self, model_settings: "ModelSettings", server_settings: "ServerSettings") -> None:
-        from whosaid.engine import Engine
+        from whosaid.errors import ModelLoadError
         from whosaid.server.app import create_app
 
-        engine = await asyncio.to_thread(Engine.from_settings, model_settings)
-        self._app = create_app(lambda: engine, server_settings)
+        self._app = create_app(model_settings, server_settings)
+        # The app's own loader (its lifespan finds it started), so /ready reports the load as on
+        # the plain server; the replica starts only once it is done.
+        state = self._app.state.service.state
+        state.start_loading()
+        while not state.ready:
+            problem = state.not_ready_error()
+            if problem.code == "model_load_error":
+                raise ModelLoadError(problem.message)
+            await asyncio.sleep(LOAD_POLL_S)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
