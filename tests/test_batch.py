@@ -247,8 +247,14 @@ def test_a_run_killed_mid_way_resumes_and_rewrites_nothing(
     names = [f"ami_trn0{index}.wav" for index in range(2, 6)]
     for name in names:
         touch(archive / name, (AMI_DIR / name).read_bytes())
+    # A manifest: its rows' parameters reach the engine.
+    counts = [1, 2, 2, 1]
+    (archive / "manifest.csv").write_text(
+        "path,num_speakers\n" + "".join(f"{name},{count}\n" for name, count in zip(names, counts, strict=True))
+    )
     out = tmp_path / "out"
-    command = ["batch", str(archive), "-o", str(out), "--no-progress", "--address", ray_cluster, *model_flags]
+    command = ["batch", str(archive / "manifest.csv"), "-o", str(out), "--no-progress", "--address", ray_cluster,
+               *model_flags]
     records = out / results.RECORDS_FOLDER
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH"))))}
     driver = subprocess.Popen(
@@ -285,3 +291,4 @@ def test_a_run_killed_mid_way_resumes_and_rewrites_nothing(
 
     rows = pyarrow.parquet.read_table(out / "results.parquet").to_pylist()
     assert [(Path(row["path"]).name, row["status"]) for row in rows] == [(name, "ok") for name in names]
+    assert [len(row["speakers"]) for row in rows] == counts

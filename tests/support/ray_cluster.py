@@ -19,6 +19,8 @@ def ray_cluster() -> Iterator[str]:
     this checkout's `whosaid` (PYTHONPATH as the cluster starts), whatever is installed."""
     import ray
 
+    # Tests reach no network: Ray would report usage statistics.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), saved)))
     try:
