@@ -22,7 +22,7 @@ CORE_TESTS := tests/test_config.py tests/test_device.py tests/test_alignment.py 
 
 .PHONY: install lint models serve test test-fast test-transformers5 system-deps bench clean
 
-$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-dev.txt requirements-diarizer.txt pyproject.toml
+$(STAMP): requirements.txt requirements-server.txt requirements-models.txt requirements-ray.txt requirements-dev.txt requirements-diarizer.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt

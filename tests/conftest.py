@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Fixtures shared by several test modules, kept beside the helpers they use.
-pytest_plugins = ["tests.support.devices", "tests.support.engines"]
+pytest_plugins = ["tests.support.devices", "tests.support.engines", "tests.support.ray_cluster"]
 
 
 @pytest.fixture(scope="session")

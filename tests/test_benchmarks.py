@@ -237,3 +237,20 @@ def test_shifted_wer_refuses_an_unknown_implementation() -> None:
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
     )
     assert result.returncode != 0 and "unknown implementation(s) nope; choose from whosaid," in result.stderr
+
+
+def test_batch_ray_per_actor_throughput_counts_only_finished_recordings(tmp_path: Path) -> None:
+    from benchmarks.batch_ray import per_actor
+
+    rows = [
+        {"worker": "a:1", "status": "ok", "duration_s": 30.0, "elapsed_s": 10.0},
+        {"worker": "a:1", "status": "ok", "duration_s": 30.0, "elapsed_s": 5.0},
+        {"worker": "b:2", "status": "ok", "duration_s": 12.0, "elapsed_s": 6.0},
+        {"worker": "b:2", "status": "error", "duration_s": None, "elapsed_s": 0.1},
+    ]
+    table = tmp_path / "results.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert per_actor(table) == {
+        "a:1": {"files": 2, "audio_s": 60.0, "busy_s": 15.0, "audio_hours_per_hour": 4.0},
+        "b:2": {"files": 1, "audio_s": 12.0, "busy_s": 6.0, "audio_hours_per_hour": 2.0},
+    }

@@ -154,9 +154,11 @@ def test_pyproject_repeats_the_requirements_files_exactly() -> None:
     assert project["dependencies"] == requirement_lines(REPO_ROOT / "requirements.txt")
     assert extras["server"] == requirement_lines(REPO_ROOT / "requirements-server.txt")
     assert extras["models"] == requirement_lines(REPO_ROOT / "requirements-models.txt")
-    assert extras["dev"] == ["whosaid[server,models]", *requirement_lines(REPO_ROOT / "requirements-dev.txt")]
+    assert extras["ray"] == requirement_lines(REPO_ROOT / "requirements-ray.txt")
+    assert extras["dev"] == ["whosaid[server,models,ray]", *requirement_lines(REPO_ROOT / "requirements-dev.txt")]
     assert "-r requirements-server.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
     assert "-r requirements-models.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert "-r requirements-ray.txt" in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
     assert project["scripts"] == {"whosaid": "whosaid.cli.main:main"}
 
 

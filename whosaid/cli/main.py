@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 # command name -> (module, one-line help). The module provides `add_arguments(parser)` and
 # `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "batch": ("whosaid.batch.cli", "transcribe (and diarize) an archive on Ray Data, on this machine or a cluster"),
     "convert": ("whosaid.convert.cli", "convert a CTranslate2 (faster-whisper) Whisper checkpoint"),
     "deploy": ("whosaid.deploy.cli", "create and manage the Inference Endpoint"),
     "make-assistant": (
