@@ -31,6 +31,8 @@ class Job:
     threads: int
     assistant: Optional[str] = None
     diarization: Optional[str] = None
+    # The language every implementation is told the speech is in (Whisper's code).
+    language: str = "en"
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def _load_transformers_pipeline(job: Job, num_beams: Optional[int] = None) -> Ru
     asr = pipeline("automatic-speech-recognition", model=job.transformers_model, **extra)
     # English-only checkpoints refuse a language argument; they only speak English anyway.
     multilingual = bool(getattr(GenerationConfig.from_pretrained(job.transformers_model), "is_multilingual", False))
-    generate_kwargs: dict[str, Any] = {"language": "en"} if multilingual else {}
+    generate_kwargs: dict[str, Any] = {"language": job.language} if multilingual else {}
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
 
@@ -146,7 +148,7 @@ def _faster_whisper_loader(
         def run(samples: np.ndarray) -> Output:
             segments, _ = batched.transcribe(
                 samples,
-                language="en",
+                language=job.language,
                 batch_size=job.batch_size,
                 beam_size=beam_size,
                 without_timestamps=without_timestamps,
@@ -165,9 +167,7 @@ def _load_diarization(job: Job) -> Runner:
     from whosaid.speakers.diarizer import load_diarizer
 
     _torch_device_and_dtype(job.threads)
-    diarizer = load_diarizer(
-        ModelSettings(asr_model=job.transformers_model, diarization_model=job.diarization)
-    )
+    diarizer = load_diarizer(ModelSettings(asr_model=job.transformers_model, diarization_model=job.diarization))
 
     def run(samples: np.ndarray) -> Output:
         turns = diarizer.diarize(Audio(samples), SpeakerHints()).turns
@@ -183,17 +183,20 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         Implementation(
             "whosaid",
             "asr",
-            "this project: Engine.transcribe, default parameters, language en",
-            _whosaid_loader(lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False),
+            "this project: Engine.transcribe, default parameters, the job's language (en)",
+            _whosaid_loader(lambda job: {"language": job.language, "batch_size": job.batch_size}, with_assistant=False),
             GREEDY_WITH_FALLBACK,
             "float32",
         ),
         Implementation(
             "whosaid-int8",
             "asr",
-            "this project with QUANTIZATION=int8 (int8 linear layers, activations quantized on the fly), language en",
+            "this project with QUANTIZATION=int8 (int8 linear layers, activations quantized on the fly), the job's "
+            "language (en)",
             _whosaid_loader(
-                lambda job: {"language": "en", "batch_size": job.batch_size}, with_assistant=False, quantization="int8"
+                lambda job: {"language": job.language, "batch_size": job.batch_size},
+                with_assistant=False,
+                quantization="int8",
             ),
             GREEDY_WITH_FALLBACK,
             "int8",

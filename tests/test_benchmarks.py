@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_ASR = REPO_ROOT.parent / "shared" / "data" / "asr"
 ASR_IMPLEMENTATIONS = (
     "whosaid", "whosaid-int8", "transformers", "transformers-greedy",
     "faster-whisper-fp32", "faster-whisper-fp32-greedy", "faster-whisper-int8", "faster-whisper-int8-greedy",
@@ -237,6 +238,40 @@ def test_shifted_wer_refuses_an_unknown_implementation() -> None:
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
     )
     assert result.returncode != 0 and "unknown implementation(s) nope; choose from whosaid," in result.stderr
+
+
+def test_wer_real_normalises_as_whisper_does_and_pools_errors_over_words() -> None:
+    from benchmarks.wer_real import errors, pooled
+
+    # Bracketed tags go, case and punctuation do not count, contractions expand on both sides.
+    assert errors("I have a [noise] cold, <VOCNOISE> isn't it?", "i have a cold is not it", "en") == (0, 7)
+    assert errors("Ça va, Müller?", "ca va muller", "fr") == (2, 3)  # accents are letters here
+    assert errors("the cat sat down", "the cat sad", "en") == (2, 4)
+    rows = [{"language": "en", "errors": 2, "words": 4}, {"language": "de", "errors": 1, "words": 16}]
+    assert pooled(rows) == 3 / 20 and pooled(rows, "en") == 0.5 and pooled(rows, "de") == 1 / 16
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_ASR / "README.md").is_file(), reason=f"no transcribed speech in {SHARED_ASR}")
+def test_wer_real_scores_real_clips_in_their_language(tmp_path: Path) -> None:
+    from benchmarks.wer_real import clips, errors
+
+    names = ("ljspeech_LJ001-0004", "picovoice_leopard_en")
+    assert {clip.name: clip.language for clip in clips() if clip.name in names} == dict.fromkeys(names, "en")
+    assert {clip.language for clip in clips()} == {"en", "de", "fr"}
+    run_script(
+        "-m", "benchmarks.wer_real", "--model", "whisper-tiny.en", "--implementations", "whosaid",
+        "--clips", ",".join(names), "--output-dir", str(tmp_path),
+    )
+    rows = json.loads(only_file(tmp_path, "wer-real-*.json").read_text())["rows"]
+    references = {clip.name: clip.reference for clip in clips()}
+    assert [row["clip"] for row in rows] == sorted(names)
+    for row in rows:
+        assert (row["errors"], row["words"]) == errors(references[row["clip"]], row["text"], "en")
+        assert row["errors"] <= 0.2 * row["words"]  # read sentences: whisper-tiny.en gets most words
+    pooled_wer = sum(row["errors"] for row in rows) / sum(row["words"] for row in rows)
+    line = f"| whosaid | greedy (5 beams where Whisper's checks fail) | float32 | {pooled_wer:.3f} | {pooled_wer:.3f} |"
+    assert line in (tmp_path / "wer-real-latest.md").read_text()
 
 
 def test_batch_ray_per_actor_throughput_counts_only_finished_recordings(tmp_path: Path) -> None:
