@@ -90,3 +90,58 @@ class RawClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sdk_session(
+    base_url: str,
+    api_key: str,
+    pcm: bytes,
+    *,
+    session: Optional[dict] = None,
+    speed: float = 1.0,
+    tail_silence_s: float = 1.5,
+    timeout_s: float = 300.0,
+) -> list[tuple[float, dict]]:
+    """A live session through the openai SDK (`client.realtime.connect`, intent=transcription):
+    sends `pcm` paced `speed` times real time, then `tail_silence_s` of silence so that the last
+    turn ends, and returns every server event with its arrival time (seconds from the first
+    append), once every committed turn is completed or has failed."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
+    events: list[tuple[float, dict]] = []
+    with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        killer = threading.Timer(timeout_s, connection.close)
+        killer.start()
+        try:
+            first = connection.recv().to_dict()
+            assert first["type"] == "session.created", first
+            if session is not None:
+                connection.session.update(session=session)
+                answer = connection.recv().to_dict()
+                assert answer["type"] == "session.updated", answer
+            started = time.monotonic()
+            audio = pcm + bytes(int(PCM_RATE_HZ * tail_silence_s) * 2)
+
+            def send_all() -> None:
+                paced(lambda piece: connection.input_audio_buffer.append(audio=piece), audio, speed=speed)
+                # Answered once every append before it was handled: the end of the audio.
+                connection.session.update(session={"type": "transcription"})
+
+            sender = threading.Thread(target=send_all, daemon=True)
+            sender.start()
+            committed = finished = 0
+            audio_done = False
+            while not audio_done or committed > finished:
+                event = connection.recv().to_dict()
+                kind = event["type"]
+                assert kind != "error", event
+                if kind == "session.updated":
+                    audio_done = True
+                    continue
+                events.append((time.monotonic() - started, event))
+                committed += kind == "input_audio_buffer.committed"
+                finished += kind.endswith((".completed", ".failed"))
+        finally:
+            killer.cancel()
+    return events

@@ -2,8 +2,8 @@
 successive hypotheses (LocalAgreement-2, as in whisper_streaming).
 
 The turn's audio so far is transcribed again and again as it grows. A word is sent once two
-hypotheses in a row agree on it and on every word before it, and once it is not the last word of
-the newest hypothesis (the audio may end inside that word). Words are compared without case and
+hypotheses in a row agree on it and on every word before it, and once it is not among the last
+UNSETTLED_WORDS of the newest hypothesis (the audio may end inside them). Words are compared without case and
 punctuation ("Hello," then "hello."), the newest hypothesis's spelling is the one sent.
 
 When the turn ends its final transcript can differ from what was sent; `StablePrefix.complete`
@@ -17,6 +17,9 @@ import difflib
 import re
 from typing import Optional
 
+#: Words at the end of a hypothesis never sent: the audio may end inside the last one, and
+#: Whisper often rewrites the one before it once the next words are heard.
+UNSETTLED_WORDS = 2
 _PUNCTUATION = re.compile(r"[^\w']+")
 
 
@@ -42,7 +45,7 @@ class StablePrefix:
         if previous is None:
             return ""
         agreed = 0
-        limit = min(len(previous), len(current) - 1)
+        limit = min(len(previous), len(current) - UNSETTLED_WORDS)
         while agreed < limit and normalised(previous[agreed]) == normalised(current[agreed]):
             agreed += 1
         if agreed <= len(self.sent) or not self._extends_sent(current):

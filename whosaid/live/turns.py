@@ -124,12 +124,21 @@ class InputBuffer:
             self._last_speech_end_s = regions[-1][1]
             events.append(BufferEvent("speech_started", self.speech_start_s))
         if regions:
-            self._last_speech_end_s = max(self._last_speech_end_s, regions[-1][1])
+            # The newest view wins: a region that reached the end of an earlier window ended
+            # there only because the audio did.
+            self._last_speech_end_s = regions[-1][1]
         heard_out = self.end_s - self._last_speech_end_s >= silence_s
         if heard_out or self.end_s - self.speech_start_s >= MAX_TURN_S:
-            turn_end_s = min(self.end_s, self._last_speech_end_s + TURN_TAIL_S) if heard_out else self.end_s
+            turn_end_s = self._last_speech_end_s + TURN_TAIL_S if heard_out else self.end_s
             events.append(BufferEvent("speech_stopped", self.end_s, turn_end_s))
         return events
+
+    def turn_end_if_pause_s(self) -> Optional[float]:
+        """While a turn is being spoken and its speech has paused for TURN_TAIL_S: where the turn
+        ends if the pause lasts (the `turn_end_s` its speech_stopped would give); else None."""
+        if self.speech_start_s is None or self.end_s - self._last_speech_end_s < TURN_TAIL_S:
+            return None
+        return self._last_speech_end_s + TURN_TAIL_S
 
     @property
     def last_speech_end_s(self) -> float:

@@ -21,8 +21,9 @@ buffer and its turn detection (whosaid.live.turns), and queues committed turns. 
 takes the queued turns in order and, between them, transcribes the turn being spoken again as it
 grows: the words two hypotheses agree on go out as deltas (whosaid.live.agreement). Every model
 call runs through the server's JobLimiter, so live sessions and file requests share the same
-job slots and never call the models at once. A turn's final transcript reuses the last
-hypothesis when that covered all of the turn's speech; the turn's speaker comes from its CAM++
+job slots and never call the models at once. A turn's final transcript is its last
+hypothesis when that was decoded on exactly the turn's audio (one is tried as soon as a pause
+begins); the turn's speaker comes from its CAM++
 embedding clustered against the session's speakers so far (whosaid.live.speakers).
 
 Backpressure: at most MAX_PENDING_TURNS committed turns wait for transcription; beyond that the
@@ -41,7 +42,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
@@ -71,6 +72,8 @@ MAX_PENDING_TURNS = 4
 HYPOTHESIS_STEP_S = 0.5
 #: Less audio than this is not worth a hypothesis.
 MIN_HYPOTHESIS_S = 0.5
+#: Earlier speech decoded before each turn, for Whisper's context.
+ASR_CONTEXT_S = 5.0
 #: How long a session that ended waits for its running job to stop before abandoning it.
 STOP_WAIT_S = 30.0
 #: OpenAI refuses to commit less audio than this (input_audio_buffer_commit_empty).
@@ -101,7 +104,8 @@ class Turn:
     end_s: Optional[float] = None  # set when committed
     samples: Optional[np.ndarray] = None  # set when committed
     speech_end_s: Optional[float] = None  # the end of its last speech, when the VAD knows it
-    hypothesis: Optional[tuple[Transcript, float]] = None  # (transcript, the audio end it covers)
+    # The last hypothesis, the audio end it covers and the settings it was decoded with.
+    hypothesis: Optional[tuple[Transcript, float, InferenceConfig, int]] = None
     hypothesis_end_s: float = 0.0
 
 
@@ -140,6 +144,8 @@ class RealtimeSession:
             )
             self.context = SpeakerContext(self.engine.diarizer, identifier)
         self.live_turn: Optional[Turn] = None
+        self.recent_audio = np.zeros(0, np.float32)  # the end of the committed turns' audio
+        self.context_version = 0
         self.last_item_id: Optional[str] = None
         self.pending: asyncio.Queue[Turn] = asyncio.Queue(maxsize=MAX_PENDING_TURNS)
         self.wake = asyncio.Event()
@@ -276,9 +282,8 @@ class RealtimeSession:
             await self.send("session.updated", session=config.session(self.session_id))
 
     def _inference_config(self, config: SessionConfig) -> InferenceConfig:
-        # Word times place a speaker change inside a turn (with a diarizer).
-        words = {"return_timestamps": "word"} if self.engine.diarizer is not None else {}
-        return self.engine.parse_parameters({**config.parameters(), **words})[0]
+        # Word times cut the context off a turn's transcript, and place speaker changes in it.
+        return self.engine.parse_parameters({**config.parameters(), "return_timestamps": "word"})[0]
 
     async def _append(self, audio: Any) -> None:
         if not isinstance(audio, str):
@@ -345,10 +350,11 @@ class RealtimeSession:
         turn = self.live_turn
         assert turn is not None
         self.live_turn = None
+        end_s = self.buffer.end_s if end_s is None else end_s
         taken_start_s, taken = self.buffer.take(end_s)
         turn.start_s = max(turn.start_s, taken_start_s)
         turn.samples = taken[int(round((turn.start_s - taken_start_s) * RATE)) :]
-        turn.end_s = turn.start_s + turn.samples.size / RATE
+        turn.end_s = end_s
         self.last_item_id = turn.item_id
         await self.send("input_audio_buffer.committed", item_id=turn.item_id, previous_item_id=turn.previous_item_id)
         self.wake.set()
@@ -381,33 +387,39 @@ class RealtimeSession:
                 await self._finish(self.pending.get_nowait())
                 continue
             turn = self.live_turn
-            if turn is not None and self._hypothesis_due(turn):
-                await self._hypothesise(turn)
+            end_s = self._hypothesis_end_s(turn) if turn is not None else None
+            if turn is not None and end_s is not None:
+                await self._hypothesise(turn, end_s)
                 continue
             self.wake.clear()
             await self.wake.wait()
 
-    def _hypothesis_due(self, turn: Turn) -> bool:
+    def _hypothesis_end_s(self, turn: Turn) -> Optional[float]:
+        """Where the next hypothesis of the turn being spoken should end, None when none is due:
+        once a pause has begun, exactly where the turn ends if the pause ends it (so that the
+        final transcript is that hypothesis, not a second decoding); else the newest audio, once
+        it has grown by HYPOTHESIS_STEP_S."""
         limiter = self.service.limiter
-        length_s = self.buffer.end_s - turn.start_s
-        return (
-            MIN_HYPOTHESIS_S <= length_s
-            and self.buffer.end_s - turn.hypothesis_end_s >= HYPOTHESIS_STEP_S
-            and limiter.waiting == 0
-            and limiter.running < limiter.max_concurrent
-        )
-
-    async def _hypothesise(self, turn: Turn) -> None:
+        if limiter.waiting or limiter.running >= limiter.max_concurrent:
+            return None
+        pause_end_s = self.buffer.turn_end_if_pause_s()
+        if pause_end_s is not None:
+            return pause_end_s if pause_end_s != turn.hypothesis_end_s else None
         end_s = self.buffer.end_s
-        samples = self.buffer.samples(turn.start_s)
+        if end_s - turn.start_s >= MIN_HYPOTHESIS_S and end_s - turn.hypothesis_end_s >= HYPOTHESIS_STEP_S:
+            return end_s
+        return None
+
+    async def _hypothesise(self, turn: Turn, end_s: float) -> None:
+        samples = self.buffer.samples(turn.start_s, end_s)
         turn.hypothesis_end_s = end_s
-        config = self.inference_config
+        config, version = self.inference_config, self.context_version
         try:
             transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
-        turn.hypothesis = (transcript, end_s)
+        turn.hypothesis = (transcript, end_s, config, version)
         delta = turn.prefix.update(transcript.text)
         if delta:
             await self._delta(turn, delta)
@@ -416,7 +428,9 @@ class RealtimeSession:
         assert turn.samples is not None and turn.end_s is not None
         samples, config = turn.samples, self.inference_config
         hypothesis = turn.hypothesis
-        reused = hypothesis[0] if hypothesis is not None and hypothesis[1] >= turn.end_s - 1e-6 else None
+        reused = None
+        if hypothesis is not None and hypothesis[1:] == (turn.end_s, config, self.context_version):
+            reused = hypothesis[0]
         try:
             transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, reused, stop))
         except (WhosaidError, ApiError) as error:
@@ -428,6 +442,7 @@ class RealtimeSession:
                 error={"type": error_type(status), "code": code, "message": _message(error), "param": None},
             )
             return
+        self._remember_audio(samples)
         delta = turn.prefix.complete(transcript.text)
         if delta:
             await self._delta(turn, delta)
@@ -454,7 +469,30 @@ class RealtimeSession:
         )
 
     def _recognise(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
-        return self.asr.transcribe(Audio(samples), config, should_stop=stop)
+        """The turn's transcript, decoded after up to ASR_CONTEXT_S of the session's earlier
+        speech (as a file's window holds the sentence before): a turn cut at a pause in
+        mid-sentence is heard as the sentence's continuation. Only the words that lie in the turn
+        (their middle after its start) are kept, with times from the turn's start."""
+        context = self.recent_audio
+        offset_s = context.size / RATE
+        heard = self.asr.transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
+        if not offset_s:
+            return heard
+        chunks = []
+        for chunk in heard.chunks:
+            words = tuple(
+                replace(word, start_s=max(word.start_s - offset_s, 0.0), end_s=max(word.end_s - offset_s, 0.0))
+                for word in chunk.words
+                if (word.start_s + word.end_s) / 2 >= offset_s
+            )
+            if words:
+                text = "".join(word.text for word in words)
+                chunks.append(replace(chunk, start_s=words[0].start_s, end_s=words[-1].end_s, text=text, words=words))
+        return replace(heard, chunks=tuple(chunks), text="".join(chunk.text for chunk in chunks).strip())
+
+    def _remember_audio(self, samples: np.ndarray) -> None:
+        self.recent_audio = np.concatenate([self.recent_audio, samples])[-int(ASR_CONTEXT_S * RATE) :]
+        self.context_version += 1
 
     def _final(
         self, samples: np.ndarray, config: InferenceConfig, reused: Optional[Transcript], stop: StopSignal
