@@ -10,6 +10,7 @@ import base64
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 import requests
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests.support.audio_files import encode
 from tests.support.realtime import RawClient, pcm24, pieces
 from tests.support.server import threaded_server, wait_until
 from whosaid.audio.vad import VoiceActivityDetector
@@ -443,3 +445,34 @@ def test_a_client_faster_than_transcription_is_slowed_down_not_buffered(
         kinds = [event["type"] for event in events]
         assert "input_audio_buffer.committed" not in kinds
         assert kinds.count("conversation.item.input_audio_transcription.completed") >= 1
+
+
+# ---- whosaid listen -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def speech_wav(sample_audio, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("listen") / "phrase.wav"
+    silence = np.zeros(16_000, np.float32)
+    samples = np.concatenate([silence, sample_audio.samples[int(8.3 * 16_000) : 160_000], silence])
+    path.write_bytes(encode(samples, 16_000, "wav"))
+    return path
+
+
+def test_whosaid_listen_prints_the_captions_of_a_file(server: str, speech_wav: Path, capsys) -> None:
+    from whosaid.cli.main import main
+
+    assert main(["listen", str(speech_wav), "--url", server, "--api-key", API_KEY, "--speed", "4"]) == 0
+    assert capsys.readouterr().out == "hello there\n"
+    assert main(["listen", str(speech_wav), "--url", server, "--api-key", API_KEY, "--speed", "4", "--json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    kinds = [event["type"] for event in events]
+    assert kinds[0] == "input_audio_buffer.speech_started" and kinds[-1].endswith(".completed")
+    assert all(event["t"] >= 0 for event in events)
+
+
+def test_whosaid_listen_says_why_the_server_refused(server: str, speech_wav: Path, capsys) -> None:
+    from whosaid.cli.main import main
+
+    assert main(["listen", str(speech_wav), "--url", server, "--api-key", "wrong"]) == 1
+    assert "refused the session: 401 invalid API key" in capsys.readouterr().err

@@ -146,6 +146,7 @@ class RealtimeSession:
         self.live_turn: Optional[Turn] = None
         self.recent_audio = np.zeros(0, np.float32)  # the end of the committed turns' audio
         self.context_version = 0
+        self.hypothesis_cost_s = 0.0  # wall time of the last hypothesis
         self.last_item_id: Optional[str] = None
         self.pending: asyncio.Queue[Turn] = asyncio.Queue(maxsize=MAX_PENDING_TURNS)
         self.wake = asyncio.Event()
@@ -406,7 +407,10 @@ class RealtimeSession:
         if pause_end_s is not None:
             return pause_end_s if pause_end_s != turn.hypothesis_end_s else None
         end_s = self.buffer.end_s
-        if end_s - turn.start_s >= MIN_HYPOTHESIS_S and end_s - turn.hypothesis_end_s >= HYPOTHESIS_STEP_S:
+        # Hypotheses take at most about half of the session's time, so that the final
+        # transcripts, which decide the `completed` latency, are never starved.
+        step_s = max(HYPOTHESIS_STEP_S, self.hypothesis_cost_s)
+        if end_s - turn.start_s >= MIN_HYPOTHESIS_S and end_s - turn.hypothesis_end_s >= step_s:
             return end_s
         return None
 
@@ -414,11 +418,13 @@ class RealtimeSession:
         samples = self.buffer.samples(turn.start_s, end_s)
         turn.hypothesis_end_s = end_s
         config, version = self.inference_config, self.context_version
+        started = time.monotonic()
         try:
             transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
+        self.hypothesis_cost_s = time.monotonic() - started
         turn.hypothesis = (transcript, end_s, config, version)
         delta = turn.prefix.update(transcript.text)
         if delta:
