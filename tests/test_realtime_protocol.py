@@ -476,3 +476,24 @@ def test_whosaid_listen_says_why_the_server_refused(server: str, speech_wav: Pat
 
     assert main(["listen", str(speech_wav), "--url", server, "--api-key", "wrong"]) == 1
     assert "refused the session: 401 invalid API key" in capsys.readouterr().err
+
+
+def test_a_client_that_vanishes_while_held_back_leaves_no_session_behind(
+    server: str, stub: StubRecognizer, speech: bytes
+) -> None:
+    stub.gate.clear()
+    client = session(server)
+    no_vad(client)
+    one_turn = list(pieces(speech, piece_s=0.5))[3]
+    for _ in range(MAX_PENDING_TURNS + 2):  # the server stops reading after the last commit
+        client.append(one_turn)
+        client.send({"type": "input_audio_buffer.commit"})
+    seen = 0
+    while seen < MAX_PENDING_TURNS + 2:
+        seen += client.recv(timeout_s=10)["type"] == "input_audio_buffer.committed"
+    client.ws.socket.close()
+    stub.gate.set()
+    wait_until(
+        lambda: metric_value(server, "whosaid_websocket_sessions", route="/v1/realtime") == 0, 20, "the session to end"
+    )
+    wait_until(lambda: metric_value(server, "whosaid_jobs_running") == 0, 10, "its jobs to end")

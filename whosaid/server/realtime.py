@@ -359,7 +359,8 @@ class RealtimeSession:
         self.last_item_id = turn.item_id
         await self.send("input_audio_buffer.committed", item_id=turn.item_id, previous_item_id=turn.previous_item_id)
         self.wake.set()
-        await self.pending.put(turn)  # waits while MAX_PENDING_TURNS are pending: backpressure
+        if not self.gone:  # once gone, nobody takes turns off the queue
+            await self.pending.put(turn)  # waits while MAX_PENDING_TURNS are pending: backpressure
 
     # ---- transcription --------------------------------------------------------------------------
 
@@ -381,6 +382,11 @@ class RealtimeSession:
                 },
             )
             await self._close(1011)
+        finally:
+            # Nobody transcribes the waiting turns any more: free a receiver blocked on the queue.
+            self.gone = True
+            while not self.pending.empty():
+                self.pending.get_nowait()
 
     async def _transcribe_turns_in_order(self) -> None:
         while not self.gone:
