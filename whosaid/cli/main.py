@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "build a speculative-decoding assistant from a Whisper model's own decoder",
     ),
     "transcribe": ("whosaid.cli.transcribe", "transcribe (and diarize) audio files"),
+    "listen": ("whosaid.cli.listen", "live captions with speakers: stream audio to a server's /v1/realtime"),
     "serve": ("whosaid.cli.serve", "run the HTTP server (Inference Endpoints and OpenAI-compatible API)"),
 }
 

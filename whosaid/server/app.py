@@ -18,7 +18,7 @@ from whosaid.server.errors import install_error_handlers
 from whosaid.server.jobs import JobLimiter
 from whosaid.server.limits import BodySizeLimitMiddleware
 from whosaid.server.metrics import Metrics, MetricsMiddleware
-from whosaid.server.routes import inference, openai, ops, ui
+from whosaid.server.routes import inference, openai, ops, realtime, ui
 from whosaid.server.schemas import InferenceRequest
 from whosaid.server.service import TranscriptionService
 from whosaid.server.settings import ServerSettings
@@ -33,9 +33,12 @@ and pyannote speaker diarization.
 * `POST /v1/audio/transcriptions`, `/v1/audio/translations`: OpenAI's audio API.
 * `GET /health`, `/ready`, `/metrics`: operations.
 * `GET /ui`: a web page that transcribes a file and shows who spoke when.
+* `GET /v1/realtime?intent=transcription` (WebSocket): live captions with speakers, OpenAI's
+  Realtime transcription protocol.
 
 With API_KEY set, every route but /health, /ready and the page's static files (this description included) needs
-`Authorization: Bearer <API_KEY>`.
+`Authorization: Bearer <API_KEY>` (a WebSocket may send the key as the subprotocol
+`openai-insecure-api-key.<API_KEY>` or the query parameter `api_key` instead).
 
 Errors are `{"error": {"message", "type", "code", "param"}}`.
 """
@@ -75,7 +78,8 @@ def create_app(
     app.state.metrics = metrics
     app.state.service = TranscriptionService(state, limiter, metrics, settings.time_budget)
     install_error_handlers(app)
-    for module in (inference, openai, ops, ui):
+    app.state.realtime_sessions = realtime.SessionCount(settings.realtime_max_sessions)
+    for module in (inference, openai, ops, realtime, ui):
         app.include_router(module.router)
     # Added innermost first: metrics see every response, CORS headers go on errors too.
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_upload_bytes)

@@ -2,7 +2,8 @@
 
 A declared Content-Length over the limit is refused before a byte of the body is read; a body
 without one (chunked) is counted as it arrives and refused as soon as it crosses the limit, so
-no request can make the server buffer more than the limit.
+no request can make the server buffer more than the limit. On a WebSocket the same limit
+bounds each message: a larger one closes the socket with 1009 (message too big).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class BodySizeLimitMiddleware:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.app(scope, self._websocket_receive(receive, send), send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -47,6 +51,22 @@ class BodySizeLimitMiddleware:
             return message
 
         await self.app(scope, counting_receive, send)
+
+
+    def _websocket_receive(self, receive: Receive, send: Send) -> Receive:
+        limit_bytes = self.max_body_bytes
+
+        async def limited_receive() -> Message:
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                size = len(message.get("bytes") or b"") + len((message.get("text") or "").encode())
+                if size > limit_bytes:
+                    reason = f"a message is larger than the server's limit of {limit_bytes / 1024 / 1024:g} MiB"
+                    await send({"type": "websocket.close", "code": 1009, "reason": reason})
+                    return {"type": "websocket.disconnect", "code": 1009, "reason": reason}
+            return message
+
+        return limited_receive
 
 
 def _content_length(scope: Scope) -> int | None:

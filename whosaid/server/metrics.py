@@ -58,6 +58,9 @@ class Metrics:
             ("decoding",),
             registry=self.registry,
         )
+        self.websocket_sessions = Gauge(
+            "whosaid_websocket_sessions", "WebSocket sessions open now", ("route",), registry=self.registry
+        )
         self.queue_depth = Gauge("whosaid_queue_depth", "Requests waiting for a job slot", registry=self.registry)
         self.jobs_running = Gauge("whosaid_jobs_running", "Jobs running now", registry=self.registry)
         self.model_ready = Gauge("whosaid_model_ready", "1 once the models are loaded", registry=self.registry)
@@ -109,7 +112,10 @@ class _InfoCollector(Collector):
 
 
 class MetricsMiddleware:
-    """Counts every response, 401s, 413s and 429s included, by the route template that matched."""
+    """Counts every response, 401s, 413s and 429s included, by the route template that matched.
+    A WebSocket counts once, under method WEBSOCKET, with status 101 when it was accepted (its
+    duration is the session's) or the status of the refusal (403 for a close before accepting);
+    the sessions open now are a gauge."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, route_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
@@ -119,25 +125,39 @@ class MetricsMiddleware:
         self.route_paths = route_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = 500  # what the client gets if the app raises before answering
+        open_gauge: Optional[Gauge] = None
 
         async def send_and_record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
+            nonlocal status, open_gauge
+            kind = message["type"]
+            if kind in ("http.response.start", "websocket.http.response.start"):
                 status = message["status"]
+            elif kind == "websocket.accept":
+                status = 101
+                open_gauge = self.metrics.websocket_sessions.labels(route=self._route(scope))
+                open_gauge.inc()
+            elif kind == "websocket.close" and status == 500:
+                status = 403  # closed before accepting: the handshake was refused
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_record_status)
         finally:
-            # FastAPI puts the matched route in the scope; its template keeps labels bounded.
-            route = getattr(scope.get("route"), "path", None)
-            if route is None:
-                route = scope["path"] if scope["path"] in self.route_paths else UNMATCHED_ROUTE
-            method = scope["method"]
+            if open_gauge is not None:
+                open_gauge.dec()
+            route = self._route(scope)
+            method = scope.get("method", "WEBSOCKET")
             self.metrics.requests.labels(method=method, route=route, status=str(status)).inc()
             self.metrics.latency.labels(method=method, route=route).observe(time.perf_counter() - started)
+
+    def _route(self, scope: Scope) -> str:
+        # FastAPI puts the matched route in the scope; its template keeps labels bounded.
+        route = getattr(scope.get("route"), "path", None)
+        if route is None:
+            route = scope["path"] if scope["path"] in self.route_paths else UNMATCHED_ROUTE
+        return route

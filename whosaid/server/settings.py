@@ -65,6 +65,24 @@ class ServerSettings(BaseSettings):
         description="Origins allowed to call the API from a browser, comma-separated ('*' for any). "
         "Empty: CORS is off and browsers block cross-origin calls.",
     )
+    realtime_max_sessions: int = Field(
+        default=4,
+        ge=0,
+        description="Live transcription sessions (/v1/realtime) open at once; a further one is "
+        "refused with 429. They share the job slots with file requests.",
+    )
+    realtime_max_session_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest live session in seconds (OpenAI's limit is 60 minutes); it then ends "
+        "with a session_expired error event.",
+    )
+    realtime_idle_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A live session whose client sends nothing for this long ends with an "
+        "idle_timeout error event.",
+    )
     host: str = Field(default="127.0.0.1", description="Interface to listen on (0.0.0.0: all).")
     port: int = Field(default=8000, ge=0, le=65535, description="TCP port to listen on.")
 

@@ -1,0 +1,136 @@
+"""The parts of live transcription on their own: stable prefixes (local agreement), the input
+buffer's turn detection on real speech (Silero VAD), incremental speaker clustering, and the
+PCM stream."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from whosaid.errors import InvalidAudioError
+from whosaid.live.agreement import StablePrefix
+from whosaid.live.pcm import Pcm16Stream
+from whosaid.live.speakers import LiveSpeakers
+from whosaid.live.turns import InputBuffer, TurnDetection
+from whosaid.speakers.known import KnownVoice
+
+RATE = 16_000
+
+
+def test_words_are_sent_once_two_hypotheses_agree_and_never_taken_back() -> None:
+    prefix = StablePrefix()
+    assert prefix.update("Hello there") == ""  # one hypothesis proves nothing
+    # Agreed without case and punctuation; the last two words of a hypothesis always wait.
+    assert prefix.update("Hello, there my") == "Hello,"
+    assert prefix.update("Hello there my friend how") == " there my"
+    assert prefix.update("Hello there, my friend, how are you") == " friend, how"
+    # A hypothesis that rewrites sent words sends nothing; the words sent stay.
+    assert prefix.update("Yellow there my friend how are you doing") == ""
+    assert prefix.text == "Hello, there my friend, how"
+    # The final transcript adds what follows the words that match what was sent.
+    assert prefix.complete("Hello there, my friend. How are you doing?") == " are you doing?"
+    assert prefix.text == "Hello, there my friend, how are you doing?"
+
+
+def test_the_final_transcript_is_joined_after_the_last_word_that_matches() -> None:
+    prefix = StablePrefix()
+    prefix.update("one two three four")
+    assert prefix.update("one two three four five six") == "one two three four"
+    # "two" became "too" in the final: still aligned, so nothing is repeated or lost.
+    assert prefix.complete("One too three four five six.") == " five six."
+    assert prefix.text == "one two three four five six."
+    empty = StablePrefix()
+    assert empty.complete("") == "" and empty.text == ""
+    only_final = StablePrefix()
+    assert only_final.complete("Just this.") == "Just this."
+
+
+def speech_then_silence(sample_audio, start_s: float, end_s: float, silence_s: float = 1.0) -> np.ndarray:
+    silence = np.zeros(int(silence_s * RATE), np.float32)
+    return np.concatenate([silence, sample_audio.samples[int(start_s * RATE) : int(end_s * RATE)], silence])
+
+
+def feed(buffer: InputBuffer, samples: np.ndarray, piece: int = 1600) -> list:
+    """Events of `samples` fed in pieces; each turn is committed when it stops, as the session does."""
+    events = []
+    for start in range(0, samples.size, piece):
+        for event in buffer.append(samples[start : start + piece]):
+            events.append(event)
+            if event.kind == "speech_stopped":
+                events.append(buffer.take(event.turn_end_s))
+    return events
+
+
+@pytest.fixture(scope="module")
+def vad():
+    from whosaid.audio.vad import VoiceActivityDetector
+
+    return VoiceActivityDetector.load()
+
+
+def test_server_vad_finds_one_turn_with_its_padding_and_tail(vad, sample_audio) -> None:
+    # pyannote's sample, 8.3-10.0 s: one phrase.
+    samples = speech_then_silence(sample_audio, 8.3, 10.0)
+    buffer = InputBuffer(vad, TurnDetection())
+    events = feed(buffer, samples)
+    assert [getattr(event, "kind", "taken") for event in events] == ["speech_started", "speech_stopped", "taken"]
+    started, stopped, (start_s, taken) = events
+    assert 0.6 <= started.time_s <= 1.1  # speech from about 1.0 s, minus the 0.3 s prefix
+    speech_end_s = stopped.turn_end_s - 0.2
+    assert 2.4 <= speech_end_s <= 2.8
+    # The silence is heard out 0.5 s after the speech, give or take Silero's own hysteresis.
+    assert speech_end_s + 0.5 <= stopped.time_s <= speech_end_s + 0.5 + 0.4
+    assert start_s <= started.time_s and taken.size == pytest.approx((stopped.turn_end_s - start_s) * RATE, abs=1)
+
+
+def test_silence_keeps_only_what_a_turn_would_take_as_its_prefix(vad) -> None:
+    buffer = InputBuffer(vad, TurnDetection())
+    assert feed(buffer, np.zeros(20 * RATE, np.float32)) == []
+    assert buffer.duration_s <= 0.3 + 1.5 + 0.1 + 0.01
+    assert buffer.end_s == pytest.approx(20.0)
+
+
+def test_without_turn_detection_the_buffer_keeps_everything(vad, sample_audio) -> None:
+    buffer = InputBuffer(vad, None)
+    samples = speech_then_silence(sample_audio, 8.3, 10.0)
+    assert feed(buffer, samples) == []
+    assert buffer.duration_s == pytest.approx(samples.size / RATE)
+
+
+def unit(vector) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float64)
+    return vector / np.linalg.norm(vector)
+
+
+def test_turns_cluster_by_voice_and_a_new_voice_starts_a_speaker() -> None:
+    speakers = LiveSpeakers(same_speaker_similarity=0.5)
+    a, b = unit([1, 0, 0]), unit([0, 1, 0])
+    assert speakers.assign(a).label == "SPEAKER_00"
+    assert speakers.assign(b).label == "SPEAKER_01"
+    assert speakers.assign(unit([0.9, 0.2, 0.1])).label == "SPEAKER_00"
+    assert speakers.assign(None).label == "SPEAKER_00"  # too short to embed: the previous speaker
+    assert speakers.assign(unit([0.1, 0.9, 0.3])).label == "SPEAKER_01"
+    assert [speaker.label for speaker in speakers.speakers] == ["SPEAKER_00", "SPEAKER_01"]
+
+
+def test_a_new_speaker_takes_the_name_of_a_matching_known_voice_once() -> None:
+    alice = KnownVoice("alice", unit([1, 0, 0]))
+    speakers = LiveSpeakers(0.9, voices=[alice], name_threshold=0.5)
+    assert speakers.assign(unit([0.95, 0.3, 0])).label == "alice"
+    # Not alice's centroid (below 0.9), and alice is taken: a numbered speaker.
+    assert speakers.assign(unit([0.6, 0.8, 0])).label == "SPEAKER_00"
+    assert speakers.assign(unit([0, 0, 1])).label == "SPEAKER_01"
+
+
+def test_pcm_is_resampled_as_one_stream_and_odd_bytes_are_refused() -> None:
+    stream = Pcm16Stream(24_000)
+    t = np.arange(24_000 * 2) / 24_000
+    pcm = (0.5 * np.sin(2 * np.pi * 440 * t) * 32767).astype("<i2").tobytes()
+    out = np.concatenate([stream.feed(pcm[start : start + 4800]) for start in range(0, len(pcm), 4800)])
+    assert abs(out.size - 2 * RATE) <= 64  # the resampler's filter holds back a few samples
+    assert out.dtype == np.float32 and np.max(np.abs(out)) == pytest.approx(0.5, abs=0.02)
+    # No click at the message boundaries: the sine stays smooth from sample to sample.
+    assert np.max(np.abs(np.diff(out[100:-100]))) < 0.5 * 2 * np.pi * 440 / RATE * 1.1
+    with pytest.raises(InvalidAudioError, match="16-bit"):
+        stream.feed(b"\x00\x01\x02")
+    assert Pcm16Stream(16_000).feed(np.array([16384], "<i2").tobytes()).tolist() == [0.5]

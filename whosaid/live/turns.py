@@ -1,0 +1,145 @@
+"""The input audio buffer of a live session and its turn detection (OpenAI's `server_vad`).
+
+Audio arrives in small pieces. Every `VAD_STEP_S` of new audio, Silero VAD (the project's
+VoiceActivityDetector) looks at the last few seconds only, so the cost per step stays the same
+however long the session: a turn starts where speech of at least `min_speech_ms` begins (minus
+`prefix_padding_ms`, kept for soft onsets) and stops once `silence_duration_ms` of silence
+follows its last speech. Without turn detection the client commits the buffer itself.
+
+Times are on the session's clock: seconds of audio received since the session began.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from whosaid.audio.vad import VadOptions
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+
+RATE = WHISPER_SAMPLE_RATE_HZ
+#: How often the VAD looks at the newest audio.
+VAD_STEP_S = 0.1
+#: Audio the VAD sees before the newest sample, beyond the silence it waits for: enough for
+#: Silero's state to settle and to find a speech region's start.
+VAD_CONTEXT_S = 1.5
+#: Kept after a turn's last speech: word endings are soft.
+TURN_TAIL_S = 0.2
+#: A turn longer than this (one Whisper window) is cut where it has reached, speech or not.
+MAX_TURN_S = 30.0
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """OpenAI's server_vad settings, with its defaults."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+    def vad_options(self) -> VadOptions:
+        # No padding and short pauses: the raw regions; this class adds the turn's own margins.
+        return VadOptions(threshold=self.threshold, min_speech_ms=250, min_silence_ms=100, speech_pad_ms=30)
+
+
+@dataclass(frozen=True)
+class BufferEvent:
+    """`speech_started` at `time_s` (the turn's audio starts there), or `speech_stopped` at
+    `time_s` (when the silence was heard out) with the turn's audio ending at `turn_end_s`."""
+
+    kind: str
+    time_s: float
+    turn_end_s: float = 0.0
+
+
+class InputBuffer:
+    """The session's audio not yet committed, at 16 kHz."""
+
+    def __init__(self, vad: Any, detection: Optional[TurnDetection]) -> None:
+        self.vad = vad
+        self.detection = detection
+        self._samples = np.zeros(0, np.float32)
+        self.start_s = 0.0  # session time of the buffer's first sample
+        self.speech_start_s: Optional[float] = None  # the current turn's start, while speech goes on
+        self._last_speech_end_s = 0.0
+        self._checked_s = 0.0
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self._samples.size / RATE
+
+    @property
+    def duration_s(self) -> float:
+        return self._samples.size / RATE
+
+    def samples(self, start_s: Optional[float] = None, end_s: Optional[float] = None) -> np.ndarray:
+        """The buffer's samples between two session times (its whole content by default)."""
+        first = 0 if start_s is None else max(0, int(round((start_s - self.start_s) * RATE)))
+        last = self._samples.size if end_s is None else max(first, int(round((end_s - self.start_s) * RATE)))
+        return self._samples[first:last]
+
+    def append(self, samples: np.ndarray) -> list[BufferEvent]:
+        self._samples = np.concatenate([self._samples, samples])
+        if self.detection is None or self.end_s - self._checked_s < VAD_STEP_S:
+            return []
+        self._checked_s = self.end_s
+        return self._detect(self.detection)
+
+    def take(self, end_s: Optional[float] = None) -> tuple[float, np.ndarray]:
+        """Commit: the audio up to `end_s` (all of it by default) leaves the buffer; returns its
+        session start time and samples."""
+        end_s = self.end_s if end_s is None else end_s
+        start_s, taken = self.start_s, self.samples(None, end_s)
+        self._drop_before(end_s)
+        self.speech_start_s = None
+        return start_s, taken
+
+    def clear(self) -> None:
+        self._drop_before(self.end_s)
+        self.speech_start_s = None
+
+    def _drop_before(self, time_s: float) -> None:
+        keep_from = min(self._samples.size, max(0, int(round((time_s - self.start_s) * RATE))))
+        self._samples = self._samples[keep_from:].copy()
+        self.start_s += keep_from / RATE
+
+    def _detect(self, detection: TurnDetection) -> list[BufferEvent]:
+        silence_s = detection.silence_duration_ms / 1000
+        window_start_s = max(self.start_s, self.end_s - silence_s - VAD_CONTEXT_S)
+        if self.speech_start_s is not None:
+            window_start_s = max(window_start_s, self.speech_start_s)
+        regions = [
+            (window_start_s + start_s, window_start_s + end_s)
+            for start_s, end_s in self.vad.speech_regions(self.samples(window_start_s), options=detection.vad_options())
+        ]
+        events: list[BufferEvent] = []
+        if self.speech_start_s is None:
+            if not regions:
+                # Nothing to keep but what a turn starting now would take as its prefix.
+                self._drop_before(self.end_s - detection.prefix_padding_ms / 1000 - VAD_CONTEXT_S)
+                return events
+            self.speech_start_s = max(self.start_s, regions[0][0] - detection.prefix_padding_ms / 1000)
+            self._last_speech_end_s = regions[-1][1]
+            events.append(BufferEvent("speech_started", self.speech_start_s))
+        if regions:
+            # The newest view wins: a region that reached the end of an earlier window ended
+            # there only because the audio did.
+            self._last_speech_end_s = regions[-1][1]
+        heard_out = self.end_s - self._last_speech_end_s >= silence_s
+        if heard_out or self.end_s - self.speech_start_s >= MAX_TURN_S:
+            turn_end_s = self._last_speech_end_s + TURN_TAIL_S if heard_out else self.end_s
+            events.append(BufferEvent("speech_stopped", self.end_s, turn_end_s))
+        return events
+
+    def turn_end_if_pause_s(self) -> Optional[float]:
+        """While a turn is being spoken and its speech has paused for TURN_TAIL_S: where the turn
+        ends if the pause lasts (the `turn_end_s` its speech_stopped would give); else None."""
+        if self.speech_start_s is None or self.end_s - self._last_speech_end_s < TURN_TAIL_S:
+            return None
+        return self._last_speech_end_s + TURN_TAIL_S
+
+    @property
+    def last_speech_end_s(self) -> float:
+        return self._last_speech_end_s
