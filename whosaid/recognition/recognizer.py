@@ -167,7 +167,7 @@ class SpeechRecognizer:
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
-            return self.vad.windows(audio.samples, max_window_s, pause_s=self.window_pause_s)
+            return self.vad.windows(audio.reader, max_window_s, pause_s=self.window_pause_s)
         pause_s = self.window_pause_s
 
         def plan(regions: Sequence[tuple[float, float]]) -> list[SpeechWindow]:
@@ -177,7 +177,7 @@ class SpeechRecognizer:
 
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
-        for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
+        for region in self.vad.speech_regions(audio.reader, max_region_s=max_window_s):
             if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
                 windows += plan(group)
                 group = []
@@ -270,7 +270,7 @@ class SpeechRecognizer:
         import torch
 
         task = options.task
-        features = self.features([window.samples(audio.samples) for window in windows])
+        features = self.features([window.samples(audio.reader) for window in windows])
         with torch.inference_mode():
             encoder_states = self.encode(features)
             if options.multilingual:
@@ -341,7 +341,7 @@ class SpeechRecognizer:
                             start_sequence=tuple(self.decoder.prompt(languages[index], task)),
                             segments=tuple(segments[index]),
                             offset_s=windows[index].offset_s,
-                            samples=len(windows[index].samples(audio.samples)),
+                            samples=len(windows[index].samples(audio.reader)),
                             language=languages[index],
                         )
                         for index in speech
