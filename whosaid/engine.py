@@ -17,7 +17,12 @@ from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
-from whosaid.runtime.memory import freeze_loaded_objects, memory_released_on_failure, release_memory_after
+from whosaid.runtime.memory import (
+    freeze_loaded_objects,
+    memory_released_on_failure,
+    release_memory_after,
+    release_memory_between_stages,
+)
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
@@ -191,6 +196,9 @@ class Engine:
         if self.diarizer is not None:
             if should_stop is not None:
                 should_stop.check()
+            # What speech recognition freed stays in the heap's arenas, fragmented, and the
+            # diarizer's peak would come on top of it: hand it back first.
+            release_memory_between_stages(audio.duration_s)
             with as_core_errors("speaker diarization"):
                 diarization = self.diarizer.diarize(audio, config.speaker_hints())
             if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
