@@ -5,6 +5,7 @@ does not follow the recording's length."""
 from __future__ import annotations
 
 import io
+import time
 import tracemalloc
 
 import av
@@ -16,7 +17,8 @@ from tests.support.audio_files import encode
 from whosaid.audio import store
 from whosaid.audio.loading import SILENCE_FRAME_S, SILENCE_THRESHOLD_DBFS, Audio, load_audio
 from whosaid.audio.store import SampleWriter, SpilledSamples
-from whosaid.errors import InvalidAudioError
+from whosaid.errors import ClientGoneError, InvalidAudioError, TimeBudgetExceededError
+from whosaid.runtime.cancellation import StopSignal, TimeBudget
 
 RATE_HZ = 16_000
 
@@ -131,3 +133,38 @@ def test_decoding_hours_holds_the_spill_size_not_the_recording() -> None:
     assert audio.duration_s == pytest.approx(3600.0, abs=0.3)
     spill_bytes = store.SPILL_AFTER_S * RATE_HZ * 4  # 38 MB; the hour is 230 MB
     assert peak_bytes < 1.5 * spill_bytes, f"peak {peak_bytes / 1e6:.1f} MB"
+
+
+class CountingStop:
+    """A job's stop signal (the real one) that the client leaves after `checks` checks."""
+
+    def __init__(self, checks: int) -> None:
+        self.signal = StopSignal()
+        self.checks = 0
+        self.left_after = checks
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks == self.left_after:
+            self.signal.cancel(ClientGoneError("the client closed the connection"))
+        self.signal.check()
+
+
+def test_a_client_that_leaves_stops_decoding() -> None:
+    data = flac_bomb(3600.0)  # an hour: 14 063 frames of 4096 samples
+    stop = CountingStop(checks=3)
+    with pytest.raises(ClientGoneError, match="closed the connection"):
+        load_audio(data, should_stop=stop)
+    assert stop.checks == 3  # at frame 200 of 14 063
+    assert load_audio(data, should_stop=CountingStop(checks=10**6)).duration_s == pytest.approx(3600.0, abs=0.3)
+
+
+def test_the_time_budget_counts_from_the_jobs_start_not_from_the_end_of_decoding() -> None:
+    budget = TimeBudget(base_s=60.0, per_audio_s=0.0)
+    signal = StopSignal()
+    signal.start_budget(budget, 3600.0, started_monotonic_s=time.monotonic() - 61.0)  # decoding took 61 s
+    with pytest.raises(TimeBudgetExceededError, match="time budget of 60 s for 3600.0 s"):
+        signal.check()
+    fresh = StopSignal()
+    fresh.start_budget(budget, 3600.0)
+    fresh.check()

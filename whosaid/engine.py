@@ -98,9 +98,17 @@ class Engine:
             has_diarizer=self.diarizer is not None,
         )
 
-    def load_audio(self, inputs: AudioInput, config: InferenceConfig) -> Audio:
-        """A request's audio, decoded once; AudioTooLongError past the length limit."""
-        return load_audio(inputs, sampling_rate_hz=config.sampling_rate, max_duration_s=self.max_audio_duration_s)
+    def load_audio(
+        self, inputs: AudioInput, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> Audio:
+        """A request's audio, decoded once; AudioTooLongError past the length limit, and the
+        stop signal's error when the job is stopped while decoding."""
+        return load_audio(
+            inputs,
+            sampling_rate_hz=config.sampling_rate,
+            max_duration_s=self.max_audio_duration_s,
+            should_stop=should_stop,
+        )
 
     def load_audio_file(self, path: Path) -> Audio:
         return load_audio_file(path, max_duration_s=self.max_audio_duration_s)
@@ -136,11 +144,14 @@ class Engine:
 
         # A function of its own: when it raises, its frame (and the audio it holds) is finished,
         # so memory_released_on_failure can drop it.
+        started_s = time.monotonic()
+
         def job() -> Transcript:
-            audio = self.load_audio(inputs, config)
+            audio = self.load_audio(inputs, config, should_stop=signal)
             voices = self.known_voices(config)
             if budget is not None:
-                signal.start_budget(budget, audio.duration_s)
+                # Counted from the job's start: decoding hours of audio takes its share too.
+                signal.start_budget(budget, audio.duration_s, started_monotonic_s=started_s)
             if listener is not None:
                 listener.accepted(audio.duration_s)
             return self.transcribe(

@@ -13,7 +13,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import numpy as np
 
@@ -32,6 +32,9 @@ MIN_AUDIO_DURATION_S = 0.1
 # Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
 SILENCE_FRAME_S = 0.025
 SILENCE_THRESHOLD_DBFS = -55.0
+# A stopped job (client gone, shutdown) is noticed within this many decoded frames (a few seconds
+# of audio each 100, a fraction of a second of decoding).
+STOP_CHECK_FRAMES = 100
 # Where a file declares no duration, decoding starts with room for this much and doubles it.
 _FIRST_CAPACITY_S = 60.0
 _LIMIT_ADVICE = "the limit of {limit:g} s (MAX_AUDIO_DURATION_S); split it and send the parts"
@@ -88,11 +91,19 @@ class Audio:
 AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray]
 
 
+class StopCheck(Protocol):
+    """What decoding asks of a job's stop signal (whosaid.runtime.cancellation.StopSignal)."""
+
+    def check(self) -> None:
+        """Raise the reason to stop, if there is one."""
+
+
 def load_audio(
     inputs: AudioInput,
     *,
     sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ,
     max_duration_s: Optional[float] = None,
+    should_stop: Optional[StopCheck] = None,
 ) -> Audio:
     """Decode a request's `inputs` into 16 kHz mono float32.
 
@@ -100,16 +111,20 @@ def load_audio(
     {"array" | "raw": float samples, "sampling_rate": Hz}, or a bare float array whose rate is
     `sampling_rate_hz`. Audio longer than `max_duration_s` raises AudioTooLongError, from the
     header's declaration or as soon as decoding passes the limit (None: no limit).
+    `should_stop` is checked as files decode: a job stopped meanwhile (client gone, shutdown)
+    raises its JobStoppedError there.
     """
     if isinstance(inputs, str):
         return decode_audio_bytes(
-            _decode_base64(inputs.encode("ascii", errors="replace")), max_duration_s=max_duration_s
+            _decode_base64(inputs.encode("ascii", errors="replace")),
+            max_duration_s=max_duration_s,
+            should_stop=should_stop,
         )
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
         if _looks_like_base64(data):
             data = _decode_base64(data)
-        return decode_audio_bytes(data, max_duration_s=max_duration_s)
+        return decode_audio_bytes(data, max_duration_s=max_duration_s, should_stop=should_stop)
     if isinstance(inputs, dict):
         samples = inputs.get("array", inputs.get("raw"))
         if samples is None:
@@ -160,7 +175,9 @@ def _decode_base64(text: bytes) -> bytes:
         ) from error
 
 
-def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -> Audio:
+def decode_audio_bytes(
+    data: bytes, *, max_duration_s: Optional[float] = None, should_stop: Optional[StopCheck] = None
+) -> Audio:
     """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz.
 
     With `max_duration_s`, a header that declares longer audio is refused before decoding, and
@@ -193,7 +210,7 @@ def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -
             _refuse_declared(declared_s, max_duration_s)
         writer = SampleWriter(_initial_capacity(declared_s, max_duration_s), spill_after_samples())
         try:
-            decoded_s = _decode_into(writer, container, stream, max_duration_s)
+            decoded_s = _decode_into(writer, container, stream, max_duration_s, should_stop)
         except BaseException:
             writer.free()  # now, not when the caller drops the traceback that refers to it
             raise
@@ -213,15 +230,24 @@ def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -
     return Audio.from_samples(samples)
 
 
-def _decode_into(writer: SampleWriter, container: Any, stream: Any, max_duration_s: Optional[float]) -> float:
+def _decode_into(
+    writer: SampleWriter,
+    container: Any,
+    stream: Any,
+    max_duration_s: Optional[float],
+    should_stop: Optional[StopCheck] = None,
+) -> float:
     """Decode, downmix and resample frame by frame into `writer`; the seconds decoded (at the
-    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`."""
+    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`, and
+    `should_stop`'s error every STOP_CHECK_FRAMES frames once it is set."""
     import av
 
     resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
     decoded = _DecodedLength()
     try:
-        for frame in container.decode(stream):
+        for number, frame in enumerate(container.decode(stream)):
+            if should_stop is not None and number % STOP_CHECK_FRAMES == 0:
+                should_stop.check()
             decoded.add(frame.samples, frame.sample_rate)
             if max_duration_s is not None and decoded.seconds > max_duration_s:
                 raise AudioTooLongError(
