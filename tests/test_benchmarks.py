@@ -237,3 +237,15 @@ def test_shifted_wer_refuses_an_unknown_implementation() -> None:
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
     )
     assert result.returncode != 0 and "unknown implementation(s) nope; choose from whosaid," in result.stderr
+
+
+def test_memory_growth_points_are_kind_and_minutes() -> None:
+    import argparse
+
+    from benchmarks.memory_growth import DEFAULT_POINTS, parse_point
+
+    assert parse_point("speech:20") == ("speech", 20.0) and parse_point("silence:0.5") == ("silence", 0.5)
+    assert [parse_point(point)[0] for point in DEFAULT_POINTS].count("speech") == 3
+    for bad in ("speech", "music:3", "speech:"):
+        with pytest.raises(argparse.ArgumentTypeError, match="KIND:MINUTES"):
+            parse_point(bad)
