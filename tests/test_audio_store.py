@@ -5,6 +5,7 @@ does not follow the recording's length."""
 from __future__ import annotations
 
 import io
+import os
 import time
 import tracemalloc
 
@@ -45,6 +46,13 @@ def test_spilled_samples_slice_like_the_array_they_hold() -> None:
         reader[::2]
     with pytest.raises(TypeError, match="by slices"):
         reader[3]
+
+
+def test_without_preadv_slices_are_read_with_pread(monkeypatch) -> None:
+    samples = np.random.default_rng(2).uniform(-1, 1, 5000).astype(np.float32)
+    reader = spilled(samples)
+    monkeypatch.delattr(os, "preadv")
+    assert np.array_equal(reader[123:4567], samples[123:4567]) and reader[4999:].size == 1
 
 
 def test_short_audio_stays_in_memory() -> None:

@@ -54,7 +54,7 @@ class SpilledSamples:
         wanted = memoryview(out).cast("B")
         done = 0
         while done < len(wanted):
-            read = os.preadv(self._file.fileno(), [wanted[done:]], start * _FLOAT32.itemsize + done)
+            read = _read_into(self._file.fileno(), wanted[done:], start * _FLOAT32.itemsize + done)
             if read <= 0:
                 raise OSError(f"the temporary audio file ended {len(wanted) - done} bytes early")
             done += read
@@ -67,6 +67,15 @@ class SpilledSamples:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _read_into(fd: int, buffer: memoryview, offset: int) -> int:
+    """pread into `buffer` (no shared file position: safe from several threads at once)."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [buffer], offset)
+    data = os.pread(fd, len(buffer), offset)  # macOS has no preadv in Python
+    buffer[: len(data)] = data
+    return len(data)
 
 
 #: What every stage reads samples from: an array, or a recording spilled to a file.
