@@ -176,3 +176,16 @@ def test_the_time_budget_counts_from_the_jobs_start_not_from_the_end_of_decoding
     fresh = StopSignal()
     fresh.start_budget(budget, 3600.0)
     fresh.check()
+
+
+def test_without_a_writable_temporary_directory_long_audio_stays_in_memory(monkeypatch, tmp_path, caplog) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    samples = np.arange(3000, dtype=np.float32) / 3000
+    writer = SampleWriter(capacity=10, spill_after=100)
+    for start in range(0, 3000, 700):
+        writer.append(samples[start : start + 700])
+    result = writer.finish()
+    assert isinstance(result, np.ndarray) and np.array_equal(result, samples)
+    assert "keeping it in memory" in caplog.text

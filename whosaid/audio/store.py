@@ -11,6 +11,7 @@ change with the length of the recording.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Any, BinaryIO, Iterator, Optional, Union
@@ -18,6 +19,8 @@ from typing import Any, BinaryIO, Iterator, Optional, Union
 import numpy as np
 
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
+
+logger = logging.getLogger(__name__)
 
 # Decoded audio longer than this goes to a temporary file (10 minutes: 38 MB in memory before it).
 SPILL_AFTER_S = 600.0
@@ -119,8 +122,14 @@ class SampleWriter:
         self.size = end
 
     def _spill(self) -> None:
-        file: Any = tempfile.TemporaryFile(prefix="whosaid-audio-", buffering=_FILE_BUFFER_BYTES)
-        file.write(memoryview(self._array[: self.size]).cast("B"))
+        try:
+            file: Any = tempfile.TemporaryFile(prefix="whosaid-audio-", buffering=_FILE_BUFFER_BYTES)
+            file.write(memoryview(self._array[: self.size]).cast("B"))
+        except OSError as error:
+            # No writable temporary directory: the request still works, in memory.
+            logger.warning("cannot spill decoded audio to a temporary file (%s); keeping it in memory", error)
+            self._spill_after = None
+            return
         self._file = file
         self._array = np.empty(0, np.float32)
 
