@@ -41,6 +41,7 @@ from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
+from whosaid.runtime.memory import release_memory_between_stages
 
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
@@ -147,6 +148,9 @@ class SpeechRecognizer:
         for number, batch in enumerate(window_batches(windows, batch_size, first_alone=first_alone)):
             if should_stop is not None:
                 should_stop.check()
+            if number:
+                # What the last batch freed, back to the OS before this one peaks on top of it.
+                release_memory_between_stages(audio.duration_s)
             previous = self.previous_tokens(options, first_window=number == 0)
             # The whole request fails: say where, so that the audio can be checked or cut there.
             with as_core_errors("speech recognition", where=f" in {_span_name(batch)}"):
