@@ -50,11 +50,11 @@ def build_meeting(minutes: float, seed: int = 0) -> np.ndarray:
     return np.concatenate(parts)[:target]
 
 
-def encode_mp3(samples: np.ndarray) -> bytes:
+def encode_mp3(samples: np.ndarray, bit_rate: int = MP3_BIT_RATE) -> bytes:
     buffer = io.BytesIO()
     with av.open(buffer, "w", format="mp3") as container:
         stream = container.add_stream("mp3", rate=SAMPLE_RATE_HZ, layout="mono")
-        stream.bit_rate = MP3_BIT_RATE
+        stream.bit_rate = bit_rate
         pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
         step = SAMPLE_RATE_HZ * 10
         for start in range(0, len(pcm), step):

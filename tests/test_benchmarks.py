@@ -289,3 +289,15 @@ def test_batch_ray_per_actor_throughput_counts_only_finished_recordings(tmp_path
         "a:1": {"files": 2, "audio_s": 60.0, "busy_s": 15.0, "audio_hours_per_hour": 4.0},
         "b:2": {"files": 1, "audio_s": 12.0, "busy_s": 6.0, "audio_hours_per_hour": 2.0},
     }
+
+
+def test_memory_growth_points_are_kind_and_minutes() -> None:
+    import argparse
+
+    from benchmarks.memory_growth import DEFAULT_POINTS, parse_point
+
+    assert parse_point("speech:20") == ("speech", 20.0) and parse_point("silence:0.5") == ("silence", 0.5)
+    assert [parse_point(point)[0] for point in DEFAULT_POINTS].count("speech") == 3
+    for bad in ("speech", "music:3", "speech:"):
+        with pytest.raises(argparse.ArgumentTypeError, match="KIND:MINUTES"):
+            parse_point(bad)

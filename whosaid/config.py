@@ -43,7 +43,8 @@ MAX_SPEAKERS = 100
 MAX_KNOWN_SPEAKERS = 100
 _DIARIZER_LABEL = re.compile(r"^SPEAKER_\d+$")
 # Longest audio accepted: a long meeting. Decoding stops as soon as a file passes it, so it also
-# bounds the samples held per request (4 hours at 16 kHz float32: 0.92 GB).
+# bounds the samples kept per request (4 hours at 16 kHz float32: 0.92 GB, in a temporary file
+# past whosaid.audio.store.SPILL_AFTER_S).
 DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
 
 
@@ -82,7 +83,8 @@ class ModelSettings(BaseSettings):
         description="Longest audio in seconds, on every edge (handler, server, CLI). Longer audio is "
         "refused (413 audio_too_long) before any model runs: at once when the file's header "
         "declares it, else as soon as decoding passes the limit, so a small file that decodes to "
-        "hours never holds more than the limit's worth of samples (16 kHz float32: 230 MB an hour).",
+        "hours never keeps more than the limit's worth of samples (16 kHz float32: 230 MB an hour, in a "
+        "temporary file past 10 minutes).",
     )
     device: str = Field(
         default="auto", description="'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:N'."

@@ -17,7 +17,12 @@ from whosaid.results import Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
-from whosaid.runtime.memory import freeze_loaded_objects, memory_released_on_failure, release_memory_after
+from whosaid.runtime.memory import (
+    freeze_loaded_objects,
+    memory_released_on_failure,
+    release_memory_after,
+    release_memory_between_stages,
+)
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
@@ -93,9 +98,17 @@ class Engine:
             has_diarizer=self.diarizer is not None,
         )
 
-    def load_audio(self, inputs: AudioInput, config: InferenceConfig) -> Audio:
-        """A request's audio, decoded once; AudioTooLongError past the length limit."""
-        return load_audio(inputs, sampling_rate_hz=config.sampling_rate, max_duration_s=self.max_audio_duration_s)
+    def load_audio(
+        self, inputs: AudioInput, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> Audio:
+        """A request's audio, decoded once; AudioTooLongError past the length limit, and the
+        stop signal's error when the job is stopped while decoding."""
+        return load_audio(
+            inputs,
+            sampling_rate_hz=config.sampling_rate,
+            max_duration_s=self.max_audio_duration_s,
+            should_stop=should_stop,
+        )
 
     def load_audio_file(self, path: Path) -> Audio:
         return load_audio_file(path, max_duration_s=self.max_audio_duration_s)
@@ -131,11 +144,14 @@ class Engine:
 
         # A function of its own: when it raises, its frame (and the audio it holds) is finished,
         # so memory_released_on_failure can drop it.
+        started_s = time.monotonic()
+
         def job() -> Transcript:
-            audio = self.load_audio(inputs, config)
+            audio = self.load_audio(inputs, config, should_stop=signal)
             voices = self.known_voices(config)
             if budget is not None:
-                signal.start_budget(budget, audio.duration_s)
+                # Counted from the job's start: decoding hours of audio takes its share too.
+                signal.start_budget(budget, audio.duration_s, started_monotonic_s=started_s)
             if listener is not None:
                 listener.accepted(audio.duration_s)
             return self.transcribe(
@@ -191,6 +207,9 @@ class Engine:
         if self.diarizer is not None:
             if should_stop is not None:
                 should_stop.check()
+            # What speech recognition freed stays in the heap's arenas, fragmented, and the
+            # diarizer's peak would come on top of it: hand it back first.
+            release_memory_between_stages(audio.duration_s)
             with as_core_errors("speaker diarization"):
                 diarization = self.diarizer.diarize(audio, config.speaker_hints())
             if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):

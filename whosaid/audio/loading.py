@@ -1,7 +1,8 @@
 """Audio in: whatever the client sent, decoded exactly once into float32 mono 16 kHz samples.
 
-PyAV (which bundles FFmpeg's libraries) decodes every common container and resamples; the rest
-of the core only ever sees `Audio`.
+PyAV (which bundles FFmpeg's libraries) decodes every common container and resamples, frame by
+frame, into one store (whosaid.audio.store: in memory, or a temporary file for long recordings);
+the rest of the core only ever sees `Audio`, and reads long audio a window at a time.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import base64
 import binascii
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import numpy as np
 
 from whosaid.audio.containers import check_complete, wav_declared_duration_s
+from whosaid.audio.store import BLOCK_S, Samples, SampleWriter, SpilledSamples, spill_after_samples
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import AudioTooLongError, InvalidAudioError
 
@@ -30,34 +32,70 @@ MIN_AUDIO_DURATION_S = 0.1
 # Frames quieter than this everywhere mean silence: Whisper would only hallucinate on them.
 SILENCE_FRAME_S = 0.025
 SILENCE_THRESHOLD_DBFS = -55.0
+# A stopped job (client gone, shutdown) is noticed within this many decoded frames (a few seconds
+# of audio each 100, a fraction of a second of decoding).
+STOP_CHECK_FRAMES = 100
 # Where a file declares no duration, decoding starts with room for this much and doubles it.
 _FIRST_CAPACITY_S = 60.0
 _LIMIT_ADVICE = "the limit of {limit:g} s (MAX_AUDIO_DURATION_S); split it and send the parts"
+_NOT_FINITE = "the audio holds NaN or infinite samples"
 _BASE64_TEXT = re.compile(rb"^[A-Za-z0-9+/_\-\s]+=*\s*$")
 
 
 @dataclass(frozen=True)
 class Audio:
-    """Mono float32 samples in [-1, 1] at `sample_rate_hz` (16 kHz: what Whisper takes)."""
+    """Mono float32 samples in [-1, 1] at `sample_rate_hz` (16 kHz: what Whisper takes).
+
+    A long decoded recording lives in a temporary file (`spilled`); `samples` is then that file
+    mapped into memory, for code that needs one array, and `reader` reads it a slice at a time
+    without keeping what it read: what every stage of a job uses."""
 
     samples: np.ndarray  # shape (n_samples,), float32
     sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ
+    spilled: Optional[SpilledSamples] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_samples(cls, samples: Samples) -> "Audio":
+        if isinstance(samples, SpilledSamples):
+            return cls(samples.mapped(), spilled=samples)
+        return cls(samples)
+
+    @property
+    def reader(self) -> Samples:
+        """The samples to slice windows from: the array itself, or the spilled file's reader."""
+        return self.spilled if self.spilled is not None else self.samples
 
     @property
     def duration_s(self) -> float:
         return len(self.samples) / self.sample_rate_hz
 
     def is_silent(self) -> bool:
-        """True when no 25 ms frame rises above -55 dBFS (digital silence, faint hiss)."""
+        """True when no 25 ms frame rises above -55 dBFS (digital silence, faint hiss). Read a
+        block at a time: the frames' powers are float64, eight bytes for each sample."""
         frame = max(1, int(SILENCE_FRAME_S * self.sample_rate_hz))
-        n_frames = max(1, len(self.samples) // frame)
-        framed = self.samples[: n_frames * frame].reshape(n_frames, -1).astype(np.float64)
-        rms = np.sqrt(np.mean(framed**2, axis=1))
-        loudest_dbfs = 20 * np.log10(max(float(rms.max()), 1e-12))
+        count = len(self.samples)
+        if count == 0:
+            return False
+        # Whole frames only, or the few samples there are when they make no frame.
+        framed_count = (count // frame) * frame if count >= frame else count
+        block = frame * max(1, int(BLOCK_S * self.sample_rate_hz) // frame)
+        loudest_rms = 0.0
+        for start in range(0, framed_count, block):
+            piece = self.reader[start : min(start + block, framed_count)]
+            framed = piece.reshape(-1, frame if count >= frame else len(piece)).astype(np.float64)
+            loudest_rms = max(loudest_rms, float(np.sqrt(np.mean(framed**2, axis=1)).max()))
+        loudest_dbfs = 20 * np.log10(max(loudest_rms, 1e-12))
         return loudest_dbfs < SILENCE_THRESHOLD_DBFS
 
 
 AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray]
+
+
+class StopCheck(Protocol):
+    """What decoding asks of a job's stop signal (whosaid.runtime.cancellation.StopSignal)."""
+
+    def check(self) -> None:
+        """Raise the reason to stop, if there is one."""
 
 
 def load_audio(
@@ -65,6 +103,7 @@ def load_audio(
     *,
     sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ,
     max_duration_s: Optional[float] = None,
+    should_stop: Optional[StopCheck] = None,
 ) -> Audio:
     """Decode a request's `inputs` into 16 kHz mono float32.
 
@@ -72,16 +111,20 @@ def load_audio(
     {"array" | "raw": float samples, "sampling_rate": Hz}, or a bare float array whose rate is
     `sampling_rate_hz`. Audio longer than `max_duration_s` raises AudioTooLongError, from the
     header's declaration or as soon as decoding passes the limit (None: no limit).
+    `should_stop` is checked as files decode: a job stopped meanwhile (client gone, shutdown)
+    raises its JobStoppedError there.
     """
     if isinstance(inputs, str):
         return decode_audio_bytes(
-            _decode_base64(inputs.encode("ascii", errors="replace")), max_duration_s=max_duration_s
+            _decode_base64(inputs.encode("ascii", errors="replace")),
+            max_duration_s=max_duration_s,
+            should_stop=should_stop,
         )
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
         if _looks_like_base64(data):
             data = _decode_base64(data)
-        return decode_audio_bytes(data, max_duration_s=max_duration_s)
+        return decode_audio_bytes(data, max_duration_s=max_duration_s, should_stop=should_stop)
     if isinstance(inputs, dict):
         samples = inputs.get("array", inputs.get("raw"))
         if samples is None:
@@ -132,7 +175,9 @@ def _decode_base64(text: bytes) -> bytes:
         ) from error
 
 
-def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -> Audio:
+def decode_audio_bytes(
+    data: bytes, *, max_duration_s: Optional[float] = None, should_stop: Optional[StopCheck] = None
+) -> Audio:
     """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz.
 
     With `max_duration_s`, a header that declares longer audio is refused before decoding, and
@@ -163,34 +208,46 @@ def decode_audio_bytes(data: bytes, *, max_duration_s: Optional[float] = None) -
         declared_s = _declared_duration_s(container, stream)
         if max_duration_s is not None:
             _refuse_declared(declared_s, max_duration_s)
-        buffer = SampleBuffer(_initial_capacity(declared_s, max_duration_s))
+        writer = SampleWriter(_initial_capacity(declared_s, max_duration_s), spill_after_samples())
         try:
-            decoded_s = _decode_into(buffer, container, stream, max_duration_s)
+            decoded_s = _decode_into(writer, container, stream, max_duration_s, should_stop)
         except BaseException:
-            buffer.free()  # now, not when the caller drops the traceback that refers to it
+            writer.free()  # now, not when the caller drops the traceback that refers to it
             raise
-    samples = buffer.finish()
+    finite = writer.finite
+    samples = writer.finish()
     if decoded_s > 0:
         _check_long_enough(decoded_s)
-    if samples.size == 0:
+    if len(samples) == 0:
         raise InvalidAudioError("no audio samples could be decoded: the file is empty or truncated")
     if declared_s is not None and declared_s - decoded_s > _tolerance_s(declared_s):
         raise InvalidAudioError(
             f"the audio file is truncated: its header declares {declared_s:.2f} s but only "
             f"{decoded_s:.2f} s could be decoded; send the complete file"
         )
-    return _checked(samples)
+    if not finite:
+        raise InvalidAudioError(_NOT_FINITE)
+    return Audio.from_samples(samples)
 
 
-def _decode_into(buffer: "SampleBuffer", container: Any, stream: Any, max_duration_s: Optional[float]) -> float:
-    """Decode, downmix and resample frame by frame into `buffer`; the seconds decoded (at the
-    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`."""
+def _decode_into(
+    writer: SampleWriter,
+    container: Any,
+    stream: Any,
+    max_duration_s: Optional[float],
+    should_stop: Optional[StopCheck] = None,
+) -> float:
+    """Decode, downmix and resample frame by frame into `writer`; the seconds decoded (at the
+    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`, and
+    `should_stop`'s error every STOP_CHECK_FRAMES frames once it is set."""
     import av
 
     resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
     decoded = _DecodedLength()
     try:
-        for frame in container.decode(stream):
+        for number, frame in enumerate(container.decode(stream)):
+            if should_stop is not None and number % STOP_CHECK_FRAMES == 0:
+                should_stop.check()
             decoded.add(frame.samples, frame.sample_rate)
             if max_duration_s is not None and decoded.seconds > max_duration_s:
                 raise AudioTooLongError(
@@ -198,9 +255,9 @@ def _decode_into(buffer: "SampleBuffer", container: Any, stream: Any, max_durati
                     f"longer than {_LIMIT_ADVICE.format(limit=max_duration_s)}"
                 )
             for out in resampler.resample(frame):
-                buffer.append(out.to_ndarray().reshape(-1))
+                writer.append(out.to_ndarray().reshape(-1))
         for out in resampler.resample(None):
-            buffer.append(out.to_ndarray().reshape(-1))
+            writer.append(out.to_ndarray().reshape(-1))
     except AudioTooLongError:
         raise  # a ValueError too, but not a corrupt file
     except (av.error.FFmpegError, ValueError) as error:
@@ -231,33 +288,6 @@ class _DecodedLength:
     @property
     def seconds(self) -> float:
         return self._earlier_s + (self._samples / self._rate_hz if self._rate_hz else 0.0)
-
-
-class SampleBuffer:
-    """float32 samples appended piece by piece into one array that doubles when full: memory
-    follows what has been decoded, with no list of pieces to join at the end (twice the audio)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._array = np.empty(max(1, capacity), np.float32)
-        self.size = 0
-
-    def append(self, piece: np.ndarray) -> None:
-        end = self.size + len(piece)
-        if end > len(self._array):
-            # In place where the allocator can (realloc; mremap for large arrays): no copy.
-            self._array.resize(max(end, 2 * len(self._array)), refcheck=False)
-        self._array[self.size : end] = piece
-        self.size = end
-
-    def finish(self) -> np.ndarray:
-        """The samples, the spare capacity handed back; the buffer is empty afterwards."""
-        array, self._array = self._array, np.empty(0, np.float32)
-        array.resize(self.size, refcheck=False)
-        return array
-
-    def free(self) -> None:
-        self._array = np.empty(0, np.float32)
-        self.size = 0
 
 
 def _initial_capacity(declared_s: Optional[float], max_duration_s: Optional[float]) -> int:
@@ -297,7 +327,7 @@ def audio_from_array(samples: Any, sample_rate_hz: int, *, max_duration_s: Optio
     if array.size == 0:
         raise InvalidAudioError("empty input: the audio array has no samples")
     if not np.all(np.isfinite(array)):
-        raise InvalidAudioError("the audio holds NaN or infinite samples")
+        raise InvalidAudioError(_NOT_FINITE)
     peak = float(np.max(np.abs(array)))
     if peak > 1.0:
         # Refused, not normalised: a peak far above 1 means integer PCM sent as floats or garbage,
@@ -338,7 +368,7 @@ def _check_long_enough(duration_s: float) -> None:
 
 def _checked(samples: np.ndarray) -> Audio:
     if not np.all(np.isfinite(samples)):
-        raise InvalidAudioError("the audio holds NaN or infinite samples")
+        raise InvalidAudioError(_NOT_FINITE)
     return Audio(samples=samples)
 
 

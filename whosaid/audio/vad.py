@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from whosaid.audio.store import Samples, SpilledSamples
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import ModelLoadError
 
@@ -76,7 +77,7 @@ class SpeechWindow:
             return self.end_s
         return sum(end_s - start_s for start_s, end_s in self.pieces) + self.gap_s * (len(self.pieces) - 1)
 
-    def samples(self, samples: np.ndarray, sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ) -> np.ndarray:
+    def samples(self, samples: Samples, sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ) -> np.ndarray:
         if not self.joined:
             return samples[_index(self.start_s, sample_rate_hz) : _index(self.end_s, sample_rate_hz)]
         gap = np.zeros(_index(self.gap_s, sample_rate_hz), dtype=samples.dtype)
@@ -122,15 +123,18 @@ class VoiceActivityDetector:
         return cls(_load_silero_sequence_model())
 
     def speech_regions(
-        self, samples: np.ndarray, *, max_region_s: float = float("inf"), options: VadOptions = VadOptions()
+        self, samples: Samples, *, max_region_s: float = float("inf"), options: VadOptions = VadOptions()
     ) -> list[tuple[float, float]]:
         """(start_s, end_s) of each speech region, in order; a region longer than `max_region_s`
         (padding included) is split at its longest pause."""
         from silero_vad import get_speech_timestamps_from_probs
 
-        samples = np.ascontiguousarray(samples, dtype=np.float32)
+        if not isinstance(samples, SpilledSamples):
+            samples = np.ascontiguousarray(samples, dtype=np.float32)
         if samples.size == 0:
             return []
+        # Silero reads its input a block of 512 frames at a time, by slices: a spilled recording
+        # is read from its file block by block.
         probabilities = self._model.audio_forward(samples, sampling_rate=WHISPER_SAMPLE_RATE_HZ)
         regions = get_speech_timestamps_from_probs(
             probabilities.tolist(),
@@ -148,7 +152,7 @@ class VoiceActivityDetector:
         ]
 
     def windows(
-        self, samples: np.ndarray, max_window_s: float, *, pause_s: Optional[float] = None
+        self, samples: Samples, max_window_s: float, *, pause_s: Optional[float] = None
     ) -> list[SpeechWindow]:
         """Windows of at most `max_window_s`: contiguous, or with `pause_s`, speech joined with
         its pauses shortened to `pause_s` (plan_joined_windows)."""

@@ -41,6 +41,7 @@ from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
+from whosaid.runtime.memory import release_memory_between_stages
 
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
@@ -147,6 +148,9 @@ class SpeechRecognizer:
         for number, batch in enumerate(window_batches(windows, batch_size, first_alone=first_alone)):
             if should_stop is not None:
                 should_stop.check()
+            if number:
+                # What the last batch freed, back to the OS before this one peaks on top of it.
+                release_memory_between_stages(audio.duration_s)
             previous = self.previous_tokens(options, first_window=number == 0)
             # The whole request fails: say where, so that the audio can be checked or cut there.
             with as_core_errors("speech recognition", where=f" in {_span_name(batch)}"):
@@ -167,7 +171,7 @@ class SpeechRecognizer:
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
-            return self.vad.windows(audio.samples, max_window_s, pause_s=self.window_pause_s)
+            return self.vad.windows(audio.reader, max_window_s, pause_s=self.window_pause_s)
         pause_s = self.window_pause_s
 
         def plan(regions: Sequence[tuple[float, float]]) -> list[SpeechWindow]:
@@ -177,7 +181,7 @@ class SpeechRecognizer:
 
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
-        for region in self.vad.speech_regions(audio.samples, max_region_s=max_window_s):
+        for region in self.vad.speech_regions(audio.reader, max_region_s=max_window_s):
             if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
                 windows += plan(group)
                 group = []
@@ -270,7 +274,7 @@ class SpeechRecognizer:
         import torch
 
         task = options.task
-        features = self.features([window.samples(audio.samples) for window in windows])
+        features = self.features([window.samples(audio.reader) for window in windows])
         with torch.inference_mode():
             encoder_states = self.encode(features)
             if options.multilingual:
@@ -341,7 +345,7 @@ class SpeechRecognizer:
                             start_sequence=tuple(self.decoder.prompt(languages[index], task)),
                             segments=tuple(segments[index]),
                             offset_s=windows[index].offset_s,
-                            samples=len(windows[index].samples(audio.samples)),
+                            samples=len(windows[index].samples(audio.reader)),
                             language=languages[index],
                         )
                         for index in speech

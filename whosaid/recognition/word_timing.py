@@ -214,7 +214,6 @@ class WordTimer:
         try:
             with torch.inference_mode():
                 hidden = decoder(input_ids=ids, encoder_hidden_states=states, use_cache=False).last_hidden_state
-                logits = self.model.proj_out(hidden)
                 # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames),
                 # over the frames that hold audio (keys are per frame: cutting first is exact).
                 frames = max(self._frames(windows[row].samples, states.shape[1]) for row in rows)
@@ -233,10 +232,14 @@ class WordTimer:
                     scores.append(query[..., columns] @ key[..., columns].transpose(-1, -2))
                 attention_logits = torch.stack(scores, dim=1)
                 for position, row in enumerate(rows):
+                    # A window's own text positions only: the vocabulary's logits for a whole
+                    # batch of long windows are hundreds of MB.
+                    start_length = len(windows[row].start_sequence)
+                    text = hidden[position, start_length : start_length + len(token_lists[row])]
                     results[row] = self._dtw_row(
                         attention_logits[position],
-                        logits[position].float(),
-                        len(windows[row].start_sequence),
+                        self.model.proj_out(text).float(),
+                        start_length,
                         token_lists[row],
                         windows[row].samples,
                     )
@@ -251,7 +254,7 @@ class WordTimer:
         return max(1, min(available, samples * WHISPER_FRAMES_PER_S // WHISPER_SAMPLE_RATE_HZ))
 
     def _dtw_row(
-        self, attention_logits: Any, logits: Any, start_length: int, tokens: list[int], samples: int
+        self, attention_logits: Any, text_logits: Any, start_length: int, tokens: list[int], samples: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         import torch
 
@@ -263,7 +266,7 @@ class WordTimer:
         weights = median_filter((weights - mean) / std, MEDIAN_FILTER_WIDTH)
         matrix = weights.mean(dim=0)[:-1]  # without the <|endoftext|> row
         token_indices, frame_indices = dtw(-matrix.double().cpu().numpy())
-        probabilities = logits[start_length : start_length + token_count, : self.eot_token_id].softmax(dim=-1)
+        probabilities = text_logits[:, : self.eot_token_id].softmax(dim=-1)
         token_probabilities = probabilities[torch.arange(token_count), torch.tensor(tokens)].cpu().numpy()
         return token_indices, frame_indices, token_probabilities
 

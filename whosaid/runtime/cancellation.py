@@ -59,12 +59,18 @@ class StopSignal:
             if self._cancelled is None:
                 self._cancelled = error
 
-    def stop_after(self, seconds: float, error: JobStoppedError) -> None:
-        """Stop at the first check `seconds` from now (several deadlines: the earliest wins)."""
+    def stop_after(self, seconds: float, error: JobStoppedError, *, since_monotonic_s: Optional[float] = None) -> None:
+        """Stop at the first check `seconds` from now, or from `since_monotonic_s` (a
+        `time.monotonic()` reading); several deadlines: the earliest wins."""
+        start_s = time.monotonic() if since_monotonic_s is None else since_monotonic_s
         with self._lock:
-            self._deadlines.append(_Deadline(time.monotonic() + seconds, error))
+            self._deadlines.append(_Deadline(start_s + seconds, error))
 
-    def start_budget(self, budget: TimeBudget, audio_duration_s: float) -> None:
+    def start_budget(
+        self, budget: TimeBudget, audio_duration_s: float, *, started_monotonic_s: Optional[float] = None
+    ) -> None:
+        """The job's budget for audio of `audio_duration_s`, counted from now or from
+        `started_monotonic_s` (when the job began, before its audio was decoded)."""
         seconds = budget.seconds_for(audio_duration_s)
         self.stop_after(
             seconds,
@@ -73,6 +79,7 @@ class StopSignal:
                 "of audio (JOB_TIME_BUDGET_BASE_S + JOB_TIME_BUDGET_PER_AUDIO_S x duration) and was "
                 "stopped; retry with the default parameters or a shorter recording"
             ),
+            since_monotonic_s=started_monotonic_s,
         )
 
     @property

@@ -59,6 +59,14 @@ def release_memory_after(duration_s: float) -> None:
         release_memory()
 
 
+def release_memory_between_stages(duration_s: float) -> None:
+    """Between the stages of one job on audio of at least RELEASE_AFTER_AUDIO_S: the heap pages
+    the last stage freed go back to the OS, without a garbage collection (the job's objects are
+    still alive)."""
+    if duration_s >= RELEASE_AFTER_AUDIO_S:
+        release_memory(collect_cycles=False)
+
+
 @contextlib.contextmanager
 def memory_released_on_failure() -> Iterator[None]:
     """Around one request: when it raises, the finished frames' locals (its samples, tensors)

@@ -23,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 
 from whosaid.audio.loading import Audio
+from whosaid.audio.store import Samples
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import InferenceError
 from whosaid.results import Diarization
@@ -174,7 +175,7 @@ class BuiltinDiarizer:
     def segment(self, audio: Audio) -> Any:
         """(chunks, frames, local speakers) SlidingWindowFeature of 0/1 activity, every
         `step_s(audio.duration_s)`."""
-        return self.segmenter(self.step_s(audio.duration_s))(audio.samples)
+        return self.segmenter(self.step_s(audio.duration_s))(audio.reader)
 
     def embed(self, audio: Audio, segmentations: Any) -> ChunkEmbeddings:
         """The embedding of each local speaker of each chunk that speaks enough to be embedded,
@@ -202,7 +203,7 @@ class BuiltinDiarizer:
         embeddings = np.full((num_chunks, num_local, self.embedding.dimension), np.nan, dtype=np.float32)
 
         def embed_pairs(pairs: np.ndarray) -> np.ndarray:
-            waveforms = np.stack([_chunk(audio.samples, c * step_samples, chunk_samples) for c, _ in pairs])[:, None]
+            waveforms = np.stack([_chunk(audio.reader, c * step_samples, chunk_samples) for c, _ in pairs])[:, None]
             masks = np.stack([_middle((alone if use_clean[c, s] else data)[c, :, s], max_frames) for c, s in pairs])
             return self.embedding(torch.from_numpy(waveforms), torch.from_numpy(masks.astype(np.float32)))
 
@@ -345,7 +346,7 @@ def _follow_neighbours(
     return result
 
 
-def _chunk(samples: np.ndarray, start: int, length: int) -> np.ndarray:
+def _chunk(samples: Samples, start: int, length: int) -> np.ndarray:
     """samples[start : start + length], zero-padded past the end (as pyannote pads its last chunk)."""
     piece = samples[start : start + length]
     return piece if piece.size == length else np.pad(piece, (0, length - piece.size))

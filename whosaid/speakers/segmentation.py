@@ -19,12 +19,13 @@ does not fit; the outputs agree with it up to float rounding (tests/test_segment
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from whosaid.audio.store import Samples, SpilledSamples
 from whosaid.runtime.parallel import map_batches
 
 __all__ = ["ChunkSegmentation"]
@@ -60,22 +61,26 @@ class ChunkSegmentation:
                 self.device
             )
 
-    def __call__(self, samples: np.ndarray) -> Any:
+    def __call__(self, samples: Samples) -> Any:
         from pyannote.core import SlidingWindow, SlidingWindowFeature
 
-        waveform = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
         if not self.shared:
+            waveform = torch.from_numpy(np.ascontiguousarray(samples[0 : len(samples)], dtype=np.float32))
             with torch.inference_mode():
                 return self.inference({"waveform": waveform[None], "sample_rate": self.model.audio.sample_rate})
-        outputs = [self.conversion(scores).cpu().numpy() for scores in self.scores(waveform)]
+        # A spilled recording is read batch by batch, the stretch each batch covers.
+        source = samples if isinstance(samples, SpilledSamples) else torch.from_numpy(
+            np.ascontiguousarray(samples, dtype=np.float32)
+        )
+        outputs = [self.conversion(scores).cpu().numpy() for scores in self.scores(source)]
         frames = SlidingWindow(start=0.0, duration=self.chunk_s, step=self.step_s)
         return SlidingWindowFeature(np.vstack(outputs), frames)
 
-    def scores(self, waveform: torch.Tensor) -> list[torch.Tensor]:
+    def scores(self, waveform: Union[torch.Tensor, SpilledSamples]) -> list[torch.Tensor]:
         """The model's powerset log-probabilities, (chunks, frames, classes), per batch of chunks
         in order (the shared path only). On CPU, small batches side by side, one thread each
         (whosaid.runtime.parallel)."""
-        starts = self.chunk_starts(waveform.numel())
+        starts = self.chunk_starts(len(waveform))
         on_cpu = self.device.type == "cpu"
         size = CPU_BATCH_CHUNKS if on_cpu else self.batch_size
         batches = [starts[i : i + size] for i in range(0, len(starts), size)]
@@ -95,10 +100,12 @@ class ChunkSegmentation:
             starts.append(full * step)
         return starts
 
-    def _batch_scores(self, waveform: torch.Tensor, starts: list[int]) -> torch.Tensor:
+    def _batch_scores(self, waveform: Union[torch.Tensor, SpilledSamples], starts: list[int]) -> torch.Tensor:
         sincnet = self.model.sincnet
         first, length = starts[0], self.chunk_samples
         stretch = waveform[first : starts[-1] + length]
+        if isinstance(stretch, np.ndarray):
+            stretch = torch.from_numpy(stretch)
         stretch = F.pad(stretch, (0, starts[-1] + length - first - stretch.numel())).to(self.device)
         chunks = stretch.unfold(0, length, self.step_samples)  # views: (chunks, samples)
 
