@@ -24,7 +24,7 @@ from whosaid.cli.model_options import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from whosaid.cli.transcribe import FORMAT_CHOICES
+    from whosaid.cli.transcribe import FORMAT_CHOICES, add_request_arguments
 
     parser.add_argument(
         "inputs",
@@ -41,20 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="link",
         help="-f html: link the audio by its path from the page (default), or embed it in the page",
     )
-    parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
-    parser.add_argument("--language", help="spoken language (code or name); detected when absent")
-    parser.add_argument("--batch-size", type=int, help="chunks decoded together on the batched path")
-    parser.add_argument("--chunk-length-s", type=float, help="window length for long audio, at most 30 s")
-    parser.add_argument("--num-speakers", type=int, help="exact number of speakers (diarization)")
-    parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
-    parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
-    parser.add_argument(
-        "--speaker",
-        action="append",
-        default=[],
-        metavar="NAME=FILE",
-        help="a known speaker: label their speech NAME, from a clip of their voice (repeatable; built-in diarizer)",
-    )
+    add_request_arguments(parser, assisted=False)
     parser.add_argument(
         "--voices",
         metavar="DIR",
@@ -79,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.batch.pipeline import ClusterOptions, Summary, run_batch
     from whosaid.batch.worker import BatchJob
     from whosaid.cli.model_options import model_settings_from_args
-    from whosaid.cli.transcribe import known_speaker_files
+    from whosaid.cli.transcribe import known_speaker_files, request_parameters
     from whosaid.config import InferenceConfig
     from whosaid.errors import InvalidInputError, ModelLoadError
     from whosaid.formats import FORMATS
@@ -90,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.actors < 1 or args.num_cpus < 0 or args.num_gpus < 0:
         return fail("--actors must be at least 1, --num-cpus and --num-gpus at least 0")
-    parameters = _parameters(args)
+    parameters = request_parameters(args)
     try:
         known = known_speaker_files(args.speaker, None)
         if known:
@@ -143,19 +130,6 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"the run stopped: {_root_message(error)}", 1)
     print(f"whosaid batch: {summary.describe()}", file=sys.stderr)
     return 1 if summary.failed else 0
-
-
-def _parameters(args: argparse.Namespace) -> dict:
-    values = {
-        "task": args.task,
-        "language": args.language,
-        "batch_size": args.batch_size,
-        "chunk_length_s": args.chunk_length_s,
-        "num_speakers": args.num_speakers,
-        "min_speakers": args.min_speakers,
-        "max_speakers": args.max_speakers,
-    }
-    return {name: value for name, value in values.items() if value is not None}
 
 
 def _root_message(error: BaseException) -> str:

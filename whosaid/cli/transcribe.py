@@ -58,21 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="-f html: link the audio by its path from the page (default), or embed it in the page",
     )
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE_STEM.<ext> here instead of stdout")
-    parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
-    parser.add_argument("--language", help="spoken language (code or name); detected when absent")
-    parser.add_argument("--batch-size", type=int, help="chunks decoded together on the batched path")
-    parser.add_argument("--assisted", choices=("auto", "true", "false"), help="speculative decoding with the assistant")
-    parser.add_argument("--chunk-length-s", type=float, help="window length for long audio, at most 30 s")
-    parser.add_argument("--num-speakers", type=int, help="exact number of speakers (diarization)")
-    parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
-    parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
-    parser.add_argument(
-        "--speaker",
-        action="append",
-        default=[],
-        metavar="NAME=FILE",
-        help="a known speaker: label their speech NAME, from a clip of their voice (repeatable; built-in diarizer)",
-    )
+    add_request_arguments(parser, assisted=True)
     parser.add_argument(
         "--voices", type=Path, metavar="DIR", help="known speakers from a folder: one clip per speaker, stem = name"
     )
@@ -114,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
     from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
-    parameters, problem = _parameters(args), None
+    parameters, problem = request_parameters(args), None
     try:
         known = known_speaker_files(args.speaker, args.voices)
         if known:
@@ -253,12 +239,36 @@ def output_path(output_name: Path, output_dir: Path, output_format: str) -> Path
     return output_dir / output_name.parent / f"{output_name.name}{FORMATS[output_format].suffix}"
 
 
-def _parameters(args: argparse.Namespace) -> dict[str, Any]:
+def add_request_arguments(parser: argparse.ArgumentParser, *, assisted: bool) -> None:
+    """The request's options as flags, shared by `transcribe` and `batch` (`assisted`: whether
+    this command takes --assisted); `request_parameters` reads them back."""
+    parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
+    parser.add_argument("--language", help="spoken language (code or name); detected when absent")
+    parser.add_argument("--batch-size", type=int, help="chunks decoded together on the batched path")
+    if assisted:
+        parser.add_argument(
+            "--assisted", choices=("auto", "true", "false"), help="speculative decoding with the assistant"
+        )
+    parser.add_argument("--chunk-length-s", type=float, help="window length for long audio, at most 30 s")
+    parser.add_argument("--num-speakers", type=int, help="exact number of speakers (diarization)")
+    parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
+    parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
+    parser.add_argument(
+        "--speaker",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a known speaker: label their speech NAME, from a clip of their voice (repeatable; built-in diarizer)",
+    )
+
+
+def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    """The request parameters `add_request_arguments`' flags set, the unset ones left out."""
     values = {
         "task": args.task,
         "language": args.language,
         "batch_size": args.batch_size,
-        "assisted": args.assisted,
+        "assisted": getattr(args, "assisted", None),
         "chunk_length_s": args.chunk_length_s,
         "num_speakers": args.num_speakers,
         "min_speakers": args.min_speakers,
