@@ -46,6 +46,9 @@ _DIARIZER_LABEL = re.compile(r"^SPEAKER_\d+$")
 # bounds the samples kept per request (4 hours at 16 kHz float32: 0.92 GB, in a temporary file
 # past whosaid.audio.store.SPILL_AFTER_S).
 DEFAULT_MAX_AUDIO_DURATION_S = 4 * 3600.0
+# Channels a multichannel request may hold: a call, a panel, a small mixing desk; more is a
+# multitrack session that wants another tool (and multiplies the work by the count).
+MAX_CHANNELS = 8
 
 
 class ModelSettings(BaseSettings):
@@ -282,6 +285,18 @@ class InferenceConfig(BaseModel):
         description="list each diarized speaker's embedding in `speaker_identities`, to match speakers "
         "across recordings on the client",
     )
+    multichannel: bool = Field(
+        default=False,
+        description="transcribe each channel of the recording on its own (one party per channel: "
+        "stereo calls) and merge them by time; the speaker of channel N is CHANNEL_N unless "
+        "channel_names or known speakers name it; mono audio is transcribed as without it",
+    )
+    channel_names: Optional[list[str]] = Field(
+        default=None,
+        max_length=MAX_CHANNELS,
+        description="with multichannel: the speakers' names, in the channels' order (first name for "
+        "the first channel, the left one of a stereo file)",
+    )
 
     @field_validator("language", mode="before")
     @classmethod
@@ -356,6 +371,10 @@ class InferenceConfig(BaseModel):
                 raise ValueError(
                     "known speakers need a diarization model: start the service with DIARIZATION_MODEL=builtin"
                 )
+        if self.channel_names is not None:
+            if not self.multichannel:
+                raise ValueError("channel_names need multichannel=true")
+            check_channel_names(self.channel_names)
         if context.get("has_diarizer") is False and hints.given():
             names = ", ".join(sorted(hints.given()))
             raise ValueError(
@@ -424,6 +443,19 @@ def check_speaker_names(names: Sequence[str]) -> None:
             raise ValueError(f"known speaker name {name!r} looks like a diarizer label: choose another name")
         if name.strip() in seen:
             raise ValueError(f"known speaker name {name.strip()!r} is given twice: one name per voice")
+        seen.add(name.strip())
+
+
+def check_channel_names(names: Sequence[str]) -> None:
+    """channel_names as a request gives them: not empty, not repeated, not another channel's label."""
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"channel name #{index + 1} is empty: name every channel, or leave channel_names out")
+        if re.match(r"^CHANNEL_\d+$", name.strip()) or _DIARIZER_LABEL.match(name.strip()):
+            raise ValueError(f"channel name {name!r} looks like a generated label: choose another name")
+        if name.strip() in seen:
+            raise ValueError(f"channel name {name.strip()!r} is given twice: one name per channel")
         seen.add(name.strip())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from whosaid.errors import InvalidParametersError, ModelLoadError
 from whosaid.recognition.protocol import Recognizer
 from whosaid.recognition.recognizer import SpeechRecognizer
 from whosaid.recognition.text_deltas import TextDeltas
-from whosaid.results import Transcript
+from whosaid.results import Chunk, Diarization, SpeakerIdentity, SpeakerSegment, SpeakerTurn, Transcript
 from whosaid.runtime.cancellation import StopSignal, TimeBudget
 from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
@@ -24,6 +25,14 @@ from whosaid.runtime.memory import (
     release_memory_between_stages,
 )
 from whosaid.speakers.attribution import assign_speakers
+from whosaid.speakers.channels import (
+    ChannelResult,
+    channel_label,
+    is_drowned,
+    merge_channels,
+    turns_of_words,
+    without_crosstalk,
+)
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
 from whosaid.speakers.protocols import Diarizer
@@ -108,6 +117,7 @@ class Engine:
             sampling_rate_hz=config.sampling_rate,
             max_duration_s=self.max_audio_duration_s,
             should_stop=should_stop,
+            multichannel=config.multichannel,
         )
 
     def load_audio_file(self, path: Path) -> Audio:
@@ -185,6 +195,8 @@ class Engine:
         # References are checked first: a bad one fails the request before any model runs on it.
         if voices is None:
             voices = self.known_voices(config)
+        if audio.channels:
+            return self._transcribe_channels(audio, config, warnings, should_stop, on_text, voices)
         if audio.is_silent():
             # Whisper invents text ("Thank you for watching") on silence; answer with nothing.
             return Transcript(
@@ -234,6 +246,107 @@ class Engine:
             speaker_identities=identities,
         )
 
+    def _transcribe_channels(
+        self,
+        audio: Audio,
+        config: InferenceConfig,
+        warnings: Sequence[str],
+        should_stop: Optional[StopSignal],
+        on_text: Optional[Callable[[str], None]],
+        voices: tuple[KnownVoice, ...],
+    ) -> Transcript:
+        """multichannel=true on a recording of several channels: each channel transcribed on its
+        own (a silent one skipped; silence within one skipped by the speech windows), crosstalk
+        dropped (whosaid.speakers.channels), and the channels merged by time. A channel's speaker
+        is its channel_names entry, else the known voice it matches, else CHANNEL_N; with a
+        diarizer, speakers are found within each channel, and a channel of several speakers
+        labels them CHANNEL_N/SPEAKER_MM. The text comes whole to `on_text`, once merged."""
+        names = [name.strip() for name in config.channel_names or ()]
+        if len(names) > len(audio.channels):
+            raise InvalidParametersError(
+                f"channel_names gives {len(names)} names, but the audio holds {len(audio.channels)} channels"
+            )
+        asr_config = config.model_copy(update={"return_timestamps": "word"})
+        all_warnings = list(warnings)
+        language, decoding = None, None
+        heard: list[tuple[Chunk, ...]] = []
+        for track in audio.channels:
+            if track.is_silent():
+                heard.append(())
+                continue
+            with as_core_errors("speech recognition"):
+                asr = self.recognizer.transcribe(track, asr_config, should_stop=should_stop)
+            language = language or asr.language
+            decoding = decoding or asr.decoding
+            all_warnings += [warning for warning in asr.warnings if warning not in all_warnings]
+            heard.append(asr.chunks)
+        kept, dropped = without_crosstalk(heard, audio.channels)
+        results: list[ChannelResult] = []
+        identities: list[SpeakerIdentity] = []
+        for channel, track in enumerate(audio.channels):
+            if not heard[channel]:
+                continue
+            chunks = kept[channel]
+            base = channel_label(channel, names)
+            if self.diarizer is None:
+                segments = (SpeakerSegment(base, 0.0, 0.0, "", tuple(chunks), channel),) if chunks else ()
+                results.append(ChannelResult(channel, segments, tuple(turns_of_words(chunks, base, channel))))
+                continue
+            if should_stop is not None:
+                should_stop.check()
+            release_memory_between_stages(track.duration_s)
+            with as_core_errors("speaker diarization"):
+                diarization = self.diarizer.diarize(track, config.speaker_hints())
+            found: tuple[SpeakerIdentity, ...] = ()
+            if self.speaker_identifier is not None and (voices or config.return_speaker_embeddings):
+                with as_core_errors("speaker identification"):
+                    diarization, found = self.speaker_identifier.identify(
+                        track, diarization, voices, with_embeddings=config.return_speaker_embeddings
+                    )
+            diarization = _channel_speech(diarization, audio.channels, channel)
+            segments = assign_speakers(chunks, diarization.exclusive_turns) if chunks else ()
+            speakers = sorted({turn.speaker for turn in diarization.turns} | {s.speaker for s in segments})
+            known = {identity.speaker for identity in found if identity.name is not None}
+            named = channel < len(names)
+            labels = {
+                speaker: _speaker_label(speaker, base, len(speakers), named=named, known=known) for speaker in speakers
+            }
+            identities += [
+                dataclasses.replace(identity, speaker=labels.get(identity.speaker, identity.speaker))
+                for identity in found
+            ]
+            results.append(
+                ChannelResult(
+                    channel,
+                    tuple(
+                        dataclasses.replace(segment, speaker=labels[segment.speaker], channel=channel)
+                        for segment in segments
+                    ),
+                    tuple(SpeakerTurn(t.start_s, t.end_s, labels[t.speaker], channel) for t in diarization.turns),
+                )
+            )
+        chunks, segments, turns = merge_channels(results)
+        text = "".join(chunk.text for chunk in chunks).strip()
+        if dropped:
+            logger.info("multichannel: %d words dropped as crosstalk", dropped)
+        if on_text is not None and text:
+            on_text(text)
+        return Transcript(
+            text=text,
+            chunks=chunks,
+            duration_s=audio.duration_s,
+            language=language if language is not None else config.language,
+            speakers=segments,
+            turns=turns,
+            diarized=True,
+            decoding=decoding,
+            warnings=tuple(all_warnings),
+            word_timestamps=config.return_timestamps == "word",
+            multilingual=config.multilingual,
+            speaker_identities=tuple(identities),
+            channels=len(audio.channels),
+        )
+
     def known_voices(self, config: InferenceConfig) -> tuple[KnownVoice, ...]:
         """The voice library plus the request's references, decoded and embedded; a reference
         that is not usable audio is an InvalidAudioError naming its speaker."""
@@ -251,6 +364,26 @@ class Engine:
         ]
         with as_core_errors("speaker identification"):
             return self.speaker_identifier.voices(decoded)
+
+
+def _channel_speech(diarization: Diarization, channels: Sequence[Audio], channel: int) -> Diarization:
+    """A channel's diarization without the turns that are another channel's speech heard faintly."""
+
+    def kept(turns: Sequence[SpeakerTurn]) -> tuple[SpeakerTurn, ...]:
+        return tuple(turn for turn in turns if not is_drowned(channels, channel, turn.start_s, turn.end_s))
+
+    return dataclasses.replace(
+        diarization, turns=kept(diarization.turns), exclusive_turns=kept(diarization.exclusive_turns)
+    )
+
+
+def _speaker_label(speaker: str, base: str, count: int, *, named: bool, known: set[str]) -> str:
+    """The label of a speaker diarized within a channel: the channel's name or label when it is
+    the channel's only speaker (a known voice's name when the request did not name the channel);
+    among several, a known voice's name, else `base`/SPEAKER_NN."""
+    if count == 1:
+        return speaker if speaker in known and not named else base
+    return speaker if speaker in known else f"{base}/{speaker}"
 
 
 def _speaker_identifier(

@@ -35,6 +35,9 @@ class Chunk:
     words: tuple[Word, ...] = ()
     #: Language of the text (Whisper's code), when known.
     language: Optional[str] = None
+    #: The recording's channel it was said on (0 first), for multichannel transcripts; its words
+    #: are that channel's too.
+    channel: Optional[int] = None
 
     def to_dict(self, *, words: bool = False, language: bool = False) -> dict[str, Any]:
         response: dict[str, Any] = {"timestamp": [round(self.start_s, 3), round(self.end_s, 3)], "text": self.text}
@@ -42,6 +45,8 @@ class Chunk:
             response["words"] = [word.to_dict() for word in self.words]
         if language and self.language is not None:
             response["language"] = self.language
+        if self.channel is not None:
+            response["channel"] = self.channel
         return response
 
 
@@ -53,10 +58,19 @@ class SpeakerTurn:
     start_s: float
     end_s: float
     speaker: str
+    #: The channel the turn was heard on, for multichannel transcripts.
+    channel: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         # pyannote's own serialisation of a diarization (DiarizeOutput.serialize) uses these keys.
-        return {"speaker": self.speaker, "start": round(self.start_s, 3), "end": round(self.end_s, 3)}
+        response: dict[str, Any] = {
+            "speaker": self.speaker,
+            "start": round(self.start_s, 3),
+            "end": round(self.end_s, 3),
+        }
+        if self.channel is not None:
+            response["channel"] = self.channel
+        return response
 
 
 @dataclass(frozen=True)
@@ -109,13 +123,18 @@ class SpeakerSegment:
     end_s: float
     text: str
     chunks: tuple[Chunk, ...] = ()
+    #: The channel it was said on, for multichannel transcripts.
+    channel: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        response: dict[str, Any] = {
             "speaker": self.speaker,
             "text": self.text,
             "timestamp": [round(self.start_s, 3), round(self.end_s, 3)],
         }
+        if self.channel is not None:
+            response["channel"] = self.channel
+        return response
 
 
 @dataclass(frozen=True)
@@ -142,6 +161,8 @@ class Transcript:
     #: Per diarized speaker, the known voice it matched (and its embedding when asked for);
     #: empty when no known voices or embeddings were involved.
     speaker_identities: tuple[SpeakerIdentity, ...] = ()
+    #: Channels transcribed one by one (multichannel on a recording of two or more); 0 otherwise.
+    channels: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The response of the original handler: text, chunks, speakers, plus language and warnings;
@@ -160,6 +181,8 @@ class Transcript:
         response["duration"] = round(self.duration_s, 3)
         if self.decoding is not None:
             response["decoding"] = self.decoding
+        if self.channels:
+            response["channels"] = self.channels
         if self.speaker_identities:
             response["speaker_identities"] = [identity.to_dict() for identity in self.speaker_identities]
         if self.warnings:

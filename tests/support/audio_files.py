@@ -52,3 +52,17 @@ def resample(samples: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
 
     common = gcd(from_hz, to_hz)
     return resample_poly(samples, to_hz // common, from_hz // common).astype(np.float32)
+
+
+def channels_wav(channels: np.ndarray, sample_rate_hz: int = 16_000) -> bytes:
+    """A 16-bit PCM WAV of `channels` (channels x samples, float32 in [-1, 1]), each kept apart."""
+    import wave
+
+    pcm = np.clip(np.round(np.asarray(channels).T * 32767), -32768, 32767).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as file:
+        file.setnchannels(pcm.shape[1])
+        file.setsampwidth(2)
+        file.setframerate(sample_rate_hz)
+        file.writeframes(pcm.tobytes())
+    return buffer.getvalue()

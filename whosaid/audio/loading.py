@@ -1,4 +1,5 @@
-"""Audio in: whatever the client sent, decoded exactly once into float32 mono 16 kHz samples.
+"""Audio in: whatever the client sent, decoded exactly once into float32 mono 16 kHz samples
+(or, for `multichannel` requests, into one such track per channel).
 
 PyAV (which bundles FFmpeg's libraries) decodes every common container and resamples, frame by
 frame, into one store (whosaid.audio.store: in memory, or a temporary file for long recordings);
@@ -19,8 +20,8 @@ import numpy as np
 
 from whosaid.audio.containers import check_complete, wav_declared_duration_s
 from whosaid.audio.store import BLOCK_S, Samples, SampleWriter, SpilledSamples, spill_after_samples
-from whosaid.config import WHISPER_SAMPLE_RATE_HZ
-from whosaid.errors import AudioTooLongError, InvalidAudioError
+from whosaid.config import MAX_CHANNELS, WHISPER_SAMPLE_RATE_HZ
+from whosaid.errors import AudioTooLongError, InvalidAudioError, InvalidParametersError
 
 SUPPORTED_FORMATS = "wav, flac, mp3, ogg/opus, m4a/aac, webm"
 # A decoded stream shorter than its header's duration by more than this is a truncated file.
@@ -53,6 +54,10 @@ class Audio:
     samples: np.ndarray  # shape (n_samples,), float32
     sample_rate_hz: int = WHISPER_SAMPLE_RATE_HZ
     spilled: Optional[SpilledSamples] = field(default=None, repr=False, compare=False)
+    #: Decoded with `multichannel` from a recording of two or more channels: each channel on its
+    #: own, in the file's order (all of the same length); `samples` is then the first channel's.
+    #: Empty for mono audio and for audio decoded the usual way (downmixed).
+    channels: tuple["Audio", ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def from_samples(cls, samples: Samples) -> "Audio":
@@ -104,6 +109,7 @@ def load_audio(
     sampling_rate_hz: int = WHISPER_SAMPLE_RATE_HZ,
     max_duration_s: Optional[float] = None,
     should_stop: Optional[StopCheck] = None,
+    multichannel: bool = False,
 ) -> Audio:
     """Decode a request's `inputs` into 16 kHz mono float32.
 
@@ -112,19 +118,24 @@ def load_audio(
     `sampling_rate_hz`. Audio longer than `max_duration_s` raises AudioTooLongError, from the
     header's declaration or as soon as decoding passes the limit (None: no limit).
     `should_stop` is checked as files decode: a job stopped meanwhile (client gone, shutdown)
-    raises its JobStoppedError there.
+    raises its JobStoppedError there. `multichannel`: keep a recording's channels apart
+    (`Audio.channels`) instead of downmixing them; more than MAX_CHANNELS is an
+    InvalidParametersError. Mono audio decodes the same either way.
     """
     if isinstance(inputs, str):
         return decode_audio_bytes(
             _decode_base64(inputs.encode("ascii", errors="replace")),
             max_duration_s=max_duration_s,
             should_stop=should_stop,
+            multichannel=multichannel,
         )
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
         if _looks_like_base64(data):
             data = _decode_base64(data)
-        return decode_audio_bytes(data, max_duration_s=max_duration_s, should_stop=should_stop)
+        return decode_audio_bytes(
+            data, max_duration_s=max_duration_s, should_stop=should_stop, multichannel=multichannel
+        )
     if isinstance(inputs, dict):
         samples = inputs.get("array", inputs.get("raw"))
         if samples is None:
@@ -135,9 +146,9 @@ def load_audio(
         rate = inputs.get("sampling_rate", sampling_rate_hz)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1_000 <= rate <= 384_000:
             raise InvalidAudioError(f"sampling_rate must be a number of Hz in [1000, 384000], not {rate!r}")
-        return audio_from_array(samples, int(rate), max_duration_s=max_duration_s)
+        return audio_from_array(samples, int(rate), max_duration_s=max_duration_s, multichannel=multichannel)
     if isinstance(inputs, (list, np.ndarray)):
-        return audio_from_array(inputs, sampling_rate_hz, max_duration_s=max_duration_s)
+        return audio_from_array(inputs, sampling_rate_hz, max_duration_s=max_duration_s, multichannel=multichannel)
     if inputs is None:
         raise InvalidAudioError("no audio: send the audio file as base64 text in 'inputs'")
     raise InvalidAudioError(
@@ -146,13 +157,15 @@ def load_audio(
     )
 
 
-def load_audio_file(path: Union[str, Path], *, max_duration_s: Optional[float] = None) -> Audio:
+def load_audio_file(
+    path: Union[str, Path], *, max_duration_s: Optional[float] = None, multichannel: bool = False
+) -> Audio:
     """Decode an audio file from disk (CLI, benchmarks, tests)."""
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise InvalidAudioError(f"cannot read audio file {str(path)!r}: {error.strerror}") from error
-    return decode_audio_bytes(data, max_duration_s=max_duration_s)
+    return decode_audio_bytes(data, max_duration_s=max_duration_s, multichannel=multichannel)
 
 
 def _looks_like_base64(data: bytes) -> bool:
@@ -176,13 +189,19 @@ def _decode_base64(text: bytes) -> bytes:
 
 
 def decode_audio_bytes(
-    data: bytes, *, max_duration_s: Optional[float] = None, should_stop: Optional[StopCheck] = None
+    data: bytes,
+    *,
+    max_duration_s: Optional[float] = None,
+    should_stop: Optional[StopCheck] = None,
+    multichannel: bool = False,
 ) -> Audio:
     """Decode an audio file's bytes with FFmpeg (through PyAV), downmix and resample to 16 kHz.
 
     With `max_duration_s`, a header that declares longer audio is refused before decoding, and
     decoding stops as soon as it passes the limit: what a header says is never trusted alone
     (it may lie, or say nothing), and memory follows what has been decoded, not the file.
+    `multichannel`: each channel resampled into a store of its own (`Audio.channels`); the limit
+    counts the recording's duration, not channels x duration.
     """
     import av
 
@@ -205,17 +224,23 @@ def decode_audio_bytes(
         if not streams:
             raise InvalidAudioError("the file holds no audio stream")
         stream = streams[0]
+        channel_count = _channel_count(stream) if multichannel else 1
         declared_s = _declared_duration_s(container, stream)
         if max_duration_s is not None:
             _refuse_declared(declared_s, max_duration_s)
-        writer = SampleWriter(_initial_capacity(declared_s, max_duration_s), spill_after_samples())
+        writers = [
+            SampleWriter(_initial_capacity(declared_s, max_duration_s), spill_after_samples())
+            for _ in range(channel_count)
+        ]
         try:
-            decoded_s = _decode_into(writer, container, stream, max_duration_s, should_stop)
+            decoded_s = _decode_into(writers, container, stream, max_duration_s, should_stop)
         except BaseException:
-            writer.free()  # now, not when the caller drops the traceback that refers to it
+            for writer in writers:
+                writer.free()  # now, not when the caller drops the traceback that refers to it
             raise
-    finite = writer.finite
-    samples = writer.finish()
+    finite = all(writer.finite for writer in writers)
+    tracks = [writer.finish() for writer in writers]
+    samples = tracks[0]
     if decoded_s > 0:
         _check_long_enough(decoded_s)
     if len(samples) == 0:
@@ -227,22 +252,50 @@ def decode_audio_bytes(
         )
     if not finite:
         raise InvalidAudioError(_NOT_FINITE)
-    return Audio.from_samples(samples)
+    if len(tracks) == 1:
+        return Audio.from_samples(samples)
+    channels = tuple(Audio.from_samples(track) for track in tracks)
+    return Audio(channels[0].samples, spilled=channels[0].spilled, channels=channels)
+
+
+def _channel_count(stream: Any) -> int:
+    """The stream's channels, refused past MAX_CHANNELS before anything is decoded."""
+    count = int(stream.codec_context.channels or stream.layout.nb_channels or 1)
+    if count > MAX_CHANNELS:
+        raise InvalidParametersError(_too_many_channels(count))
+    return count
+
+
+def _too_many_channels(count: int) -> str:
+    return (
+        f"multichannel=true takes at most {MAX_CHANNELS} channels, and the audio holds {count}: "
+        f"send the channels in groups of at most {MAX_CHANNELS}, or multichannel=false to downmix them"
+    )
 
 
 def _decode_into(
-    writer: SampleWriter,
+    writers: list[SampleWriter],
     container: Any,
     stream: Any,
     max_duration_s: Optional[float],
     should_stop: Optional[StopCheck] = None,
 ) -> float:
-    """Decode, downmix and resample frame by frame into `writer`; the seconds decoded (at the
-    file's own rate). Raises AudioTooLongError on the frame that passes `max_duration_s`, and
-    `should_stop`'s error every STOP_CHECK_FRAMES frames once it is set."""
+    """Decode and resample frame by frame into `writers`: one writer takes the downmix; several
+    take a channel each. The seconds decoded (at the file's own rate). Raises AudioTooLongError on
+    the frame that passes `max_duration_s`, and `should_stop`'s error every STOP_CHECK_FRAMES
+    frames once it is set."""
     import av
 
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
+    if len(writers) > 1:
+        resampler: Any = _ChannelResampler(len(writers))
+    else:
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ)
+
+    def write(out: Any) -> None:
+        planes = out if isinstance(out, list) else [out.to_ndarray().reshape(-1)]
+        for writer, plane in zip(writers, planes, strict=True):
+            writer.append(plane)
+
     decoded = _DecodedLength()
     try:
         for number, frame in enumerate(container.decode(stream)):
@@ -255,9 +308,9 @@ def _decode_into(
                     f"longer than {_LIMIT_ADVICE.format(limit=max_duration_s)}"
                 )
             for out in resampler.resample(frame):
-                writer.append(out.to_ndarray().reshape(-1))
+                write(out)
         for out in resampler.resample(None):
-            writer.append(out.to_ndarray().reshape(-1))
+            write(out)
     except AudioTooLongError:
         raise  # a ValueError too, but not a corrupt file
     except (av.error.FFmpegError, ValueError) as error:
@@ -266,6 +319,46 @@ def _decode_into(
             f"({_reason(error)})"
         ) from error
     return decoded.seconds
+
+
+class _ChannelResampler:
+    """Each channel of a frame resampled to 16 kHz on its own: a list of arrays per output. Files
+    with more than two channels often declare no layout (a plain PCM WAV), which FFmpeg's
+    resampler cannot convert; each channel as a mono frame needs none."""
+
+    def __init__(self, count: int) -> None:
+        import av
+
+        self.count = count
+        self._resamplers = [
+            av.AudioResampler(format="flt", layout="mono", rate=WHISPER_SAMPLE_RATE_HZ) for _ in range(count)
+        ]
+
+    def resample(self, frame: Any) -> list[list[np.ndarray]]:
+        import av
+
+        if frame is None:
+            outs = [resampler.resample(None) for resampler in self._resamplers]
+        else:
+            outs = []
+            for resampler, plane in zip(self._resamplers, _planes(frame, self.count), strict=True):
+                mono = av.AudioFrame.from_ndarray(np.ascontiguousarray(plane[None, :]), format="flt", layout="mono")
+                mono.sample_rate = frame.sample_rate
+                outs.append(resampler.resample(mono))
+        pieces = [np.concatenate([out.to_ndarray().reshape(-1) for out in channel]) for channel in outs if channel]
+        return [pieces] if len(pieces) == self.count else []
+
+
+def _planes(frame: Any, count: int) -> np.ndarray:
+    """A frame's samples as float32, channels x samples, in [-1, 1]."""
+    array = frame.to_ndarray()
+    if not frame.format.is_planar:
+        array = array.reshape(-1, count).T
+    if array.dtype == np.uint8:
+        return ((array.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
+    if np.issubdtype(array.dtype, np.integer):
+        return (array.astype(np.float32) / float(-np.iinfo(array.dtype).min)).astype(np.float32)
+    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 class _DecodedLength:
@@ -313,12 +406,22 @@ def _tolerance_s(duration_s: float) -> float:
     return max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_FRACTION * duration_s)
 
 
-def audio_from_array(samples: Any, sample_rate_hz: int, *, max_duration_s: Optional[float] = None) -> Audio:
-    """Raw PCM floats (mono, or channels x time) at `sample_rate_hz` -> 16 kHz mono."""
+def audio_from_array(
+    samples: Any, sample_rate_hz: int, *, max_duration_s: Optional[float] = None, multichannel: bool = False
+) -> Audio:
+    """Raw PCM floats (mono, or channels x time) at `sample_rate_hz` -> 16 kHz mono (with
+    `multichannel`, 16 kHz mono per channel)."""
     try:
         array = np.asarray(samples, dtype=np.float32)
     except (TypeError, ValueError) as error:
         raise InvalidAudioError(f"the audio array must hold numbers: {error}") from error
+    if multichannel and array.ndim == 2 and min(array.shape) > 1:
+        # channels x time, as torchaudio and pyannote lay them out (or time x channels)
+        tracks = array if array.shape[0] <= array.shape[1] else array.T
+        if len(tracks) > MAX_CHANNELS:
+            raise InvalidParametersError(_too_many_channels(len(tracks)))
+        channels = tuple(audio_from_array(track, sample_rate_hz, max_duration_s=max_duration_s) for track in tracks)
+        return Audio(channels[0].samples, channels=channels)
     if array.ndim == 2:
         # channels x time, as torchaudio and pyannote lay them out
         array = array.mean(axis=0) if array.shape[0] <= array.shape[1] else array.mean(axis=1)

@@ -251,7 +251,7 @@ def _split_chunk(chunk: Chunk, speakers: Sequence[str]) -> list[tuple[str, Chunk
         start_s = chunk.start_s if position == 0 else words[0].start_s
         end_s = chunk.end_s if position == len(runs) - 1 else words[-1].end_s
         text = "".join(word.text for word in words)
-        pieces.append((speaker, Chunk(start_s, end_s, text, tuple(words), chunk.language)))
+        pieces.append((speaker, Chunk(start_s, end_s, text, tuple(words), chunk.language, chunk.channel)))
     return pieces
 
 
