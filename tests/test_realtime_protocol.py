@@ -471,6 +471,29 @@ def test_whosaid_listen_prints_the_captions_of_a_file(server: str, speech_wav: P
     assert all(event["t"] >= 0 for event in events)
 
 
+def test_whosaid_listen_streams_an_input_device_until_it_ends(server: str, speech_wav: Path, capsys) -> None:
+    """--microphone reads an FFmpeg input device as it delivers: here FFmpeg's lavfi device,
+    which plays the file in real time (four times faster), as a sound card would deliver it."""
+    from whosaid.cli.main import main
+
+    device = f"amovie={speech_wav},arealtime=speed=4"
+    command = ["listen", "--microphone", device, "--input-format", "lavfi", "--url", server, "--api-key", API_KEY]
+    assert main(command) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "hello there\n"
+    assert "listening; Ctrl-C ends the session" in captured.err
+
+
+def test_whosaid_listen_needs_one_source_and_a_device_that_opens(server: str, speech_wav: Path, capsys) -> None:
+    from whosaid.cli.main import main
+
+    assert main(["listen", "--url", server]) == 2
+    assert main(["listen", str(speech_wav), "--microphone", "--url", server]) == 2
+    assert capsys.readouterr().err.count("give an audio file or --microphone, one of them") == 2
+    assert main(["listen", "--microphone", "no-such-card", "--input-format", "alsa", "--url", server]) == 1
+    assert "whosaid listen: the microphone: cannot open no-such-card (alsa): " in capsys.readouterr().err
+
+
 def test_whosaid_listen_says_why_the_server_refused(server: str, speech_wav: Path, capsys) -> None:
     from whosaid.cli.main import main
 

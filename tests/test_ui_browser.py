@@ -262,3 +262,46 @@ def test_the_cli_writes_the_page_from_a_remote_server(server: str, sample_wav: P
     # The page links the audio by its path from the page, as a local -f html does.
     assert document.find(f"{namespace}body").get("data-audio") == "../calls/sample.wav"
     assert document.find(f"{namespace}head/{namespace}title").text == "sample"
+
+
+def test_live_captions_from_the_microphone(server: str, sample_wav: Path, tmp_path: Path) -> None:
+    """The microphone (Chromium's fake one, playing pyannote's sample) streamed to /v1/realtime:
+    the turn's text and its speakers appear while the session runs, and the stopped session is
+    the viewer's, with the captured audio and the downloads."""
+    with chromium(tmp_path / "profile", width=1100, height=1000, microphone=sample_wav) as page:
+        page.open(f"{server}/ui")
+        page.wait_for(visible("#key-form"), timeout_s=10)
+        page.type_into("#api-key", API_KEY)
+        submit(page, "#key-form")
+        page.wait_for(visible("#upload-form"), timeout_s=10)
+        page.type_into("#language", "en")
+        page.click("#live")
+        page.wait_for("document.querySelector('#live').getAttribute('aria-pressed') === 'true'", timeout_s=10)
+        # Turn by turn: the sample's first ("Hello."), then the long exchange that follows it.
+        page.wait_for(visible("#viewer"), timeout_s=240, what="the first completed turn")
+        page.wait_for(
+            "document.querySelector('#transcript').textContent.includes('know you were there')",
+            timeout_s=240,
+            what="the second turn",
+        )
+        assert page.evaluate("document.querySelector('#error').hidden") is True
+        live = page.evaluate("window.whosaidViewer.data")
+        assert len(live["segments"]) >= 2 and all(segment["speaker"] for segment in live["segments"])
+
+        page.click("#live")
+        page.wait_for(
+            "document.querySelector('#status').textContent.startsWith('Live session ended')",
+            timeout_s=120,
+            what="the session to end",
+        )
+        assert page.evaluate("document.querySelector('#live').getAttribute('aria-pressed')") == "false"
+        view = page.evaluate("window.whosaidViewer.data")
+        assert len(view["segments"]) >= len(live["segments"])
+        assert view["duration"] > view["segments"][0]["end"]
+        assert page.evaluate("document.querySelector('#audio').src").startswith("blob:")
+        lanes = page.evaluate("[...document.querySelectorAll('.lane-label')].map(e => e.textContent)")
+        assert lanes and all(label.startswith("SPEAKER_") for label in lanes)
+        downloads = page.evaluate("[...document.querySelectorAll('#downloads a')].map(a => a.download)")
+        assert downloads == ["live-captions.srt", "live-captions.vtt", "live-captions.rttm", "live-captions.json"]
+        srt = page.evaluate("fetch(document.querySelector('#downloads a').href).then(r => r.text())")
+        assert "know you were there" in srt

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Literal, Optional, Sequence, Union
+import types
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import (
     BaseModel,
@@ -21,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from whosaid.errors import AsrModelMissingError, InvalidParametersError, ModelLoadError
@@ -207,12 +211,110 @@ def get_model_settings() -> ModelSettings:
     return read_model_settings()
 
 
+#: An edge's name for an option derived from the field's own name (`--field-name`, `field_name`).
+DERIVED = "derived"
+
+
+@dataclass(frozen=True)
+class Edges:
+    """Where a request option (an `InferenceConfig` field) is offered besides POST /'s
+    `parameters` and the batch manifest's columns, which take every field.
+
+    Without an `Edges`, a field is also the CLI flag `--field-name` (of `transcribe` and `batch`)
+    and the OpenAI form's field `field_name`, typed and described from the field; the remote
+    client sends it under that form name. `cli` / `form` name them otherwise, or are None where
+    that edge does not take the option as such; `by_hand` then says what stands for it there
+    (tests/test_request_options.py checks every field on every edge)."""
+
+    cli: Optional[str] = DERIVED
+    form: Optional[str] = DERIVED
+    #: Shorter help than the field's description, where the edge's reader needs less.
+    help: Optional[str] = None
+    by_hand: str = ""
+
+
+@dataclass(frozen=True)
+class RequestOption:
+    """One `InferenceConfig` field as the edges see it."""
+
+    name: str
+    field: FieldInfo
+    edges: Edges
+
+    @property
+    def cli_flag(self) -> Optional[str]:
+        if self.edges.cli == DERIVED:
+            return "--" + self.name.replace("_", "-")
+        return self.edges.cli
+
+    @property
+    def form_name(self) -> Optional[str]:
+        return self.name if self.edges.form == DERIVED else self.edges.form
+
+    @property
+    def help(self) -> str:
+        return self.edges.help or self.field.description or self.name
+
+    @property
+    def kind(self) -> str:
+        """'flag' (a bool), 'int', 'float', 'str', 'choice' (`choices`), 'list' (of str) or
+        'mapping'."""
+        annotation = _without_none(self.field.annotation)
+        if annotation is bool:
+            return "flag"
+        if annotation in (int, float, str):
+            return annotation.__name__
+        if typing.get_origin(annotation) is list:
+            return "list"
+        if typing.get_origin(annotation) is dict:
+            return "mapping"
+        if self.choices:
+            return "choice"
+        raise TypeError(f"request option {self.name}: no edge knows the type {annotation}")
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """A Literal's values (and 'true'/'false' beside them when the field also takes a bool)."""
+        annotation = _without_none(self.field.annotation)
+        members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+        values: list[str] = []
+        for member in members:
+            if typing.get_origin(member) is Literal:
+                values.extend(str(value) for value in typing.get_args(member))
+            elif member is bool:
+                values.extend(("true", "false"))
+        return tuple(values)
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (Union, types.UnionType)
+
+
+def _without_none(annotation: Any) -> Any:
+    if _is_union(annotation):
+        members = [member for member in typing.get_args(annotation) if member is not type(None)]
+        return members[0] if len(members) == 1 else Union[tuple(members)]
+    return annotation
+
+
+def request_options() -> tuple[RequestOption, ...]:
+    """Every request option in `InferenceConfig`'s order, with where each edge takes it."""
+    options = []
+    for name, field in InferenceConfig.model_fields.items():
+        declared = [item for item in field.metadata if isinstance(item, Edges)]
+        options.append(RequestOption(name, field, declared[0] if declared else Edges()))
+    return tuple(options)
+
+
 class InferenceConfig(BaseModel):
     """Per-request parameters, as sent in the `parameters` dict of a request."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    task: Literal["transcribe", "translate"] = Field(
+    task: Annotated[
+        Literal["transcribe", "translate"],
+        Edges(form=None, by_hand="the OpenAI route: /v1/audio/transcriptions or /v1/audio/translations"),
+    ] = Field(
         default="transcribe", description="transcribe in the spoken language, or translate to English"
     )
     batch_size: int = Field(
@@ -233,7 +335,9 @@ class InferenceConfig(BaseModel):
         le=WHISPER_WINDOW_S,
         description="length of the windows long audio is cut into, in seconds (5 to 30)",
     )
-    sampling_rate: int = Field(
+    sampling_rate: Annotated[
+        int, Edges(cli=None, form=None, by_hand="none: files and forms carry encoded audio, which has its own rate")
+    ] = Field(
         default=WHISPER_SAMPLE_RATE_HZ,
         ge=1_000,
         le=384_000,
@@ -247,7 +351,7 @@ class InferenceConfig(BaseModel):
         description="detect the language of every speech window (each chunk then says its "
         "language) instead of once, on the first window; a given language still forces one",
     )
-    initial_prompt: Optional[str] = Field(
+    initial_prompt: Annotated[Optional[str], Edges(form="prompt")] = Field(
         default=None,
         max_length=MAX_PROMPT_CHARS,
         description="text that conditions the first window, as if it had been said just before "
@@ -259,7 +363,10 @@ class InferenceConfig(BaseModel):
         description="words or phrases to favour, given to every window as previous text "
         "(faster-whisper's hotwords)",
     )
-    return_timestamps: Literal["segment", "word"] = Field(
+    return_timestamps: Annotated[
+        Literal["segment", "word"],
+        Edges(form=None, by_hand="the OpenAI form's timestamp_granularities[]=word (and formats that need words)"),
+    ] = Field(
         default="segment",
         description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
         "also lists its words with their own start, end and probability",
@@ -267,20 +374,42 @@ class InferenceConfig(BaseModel):
     num_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
     min_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
     max_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")
-    known_speakers: Optional[dict[str, str]] = Field(
+    known_speakers: Annotated[
+        Optional[dict[str, str]],
+        Edges(
+            cli=None,
+            form=None,
+            by_hand="the CLI's --speaker NAME=FILE and --voices DIR; the form's known_speaker_names[] "
+            "and known_speaker_references[]",
+        ),
+    ] = Field(
         default=None,
         description="{name: reference clip} for this request: base64 audio or a data URL "
         "(data:audio/wav;base64,...), at least 1 s of that voice; speakers that match are labelled "
         "with the name (needs the built-in diarizer)",
     )
-    known_speaker_names: list[str] = Field(
+    known_speaker_names: Annotated[
+        list[str],
+        Edges(
+            cli=None, form=None, by_hand="the form's known_speaker_names[] (or without brackets); the CLI's --speaker"
+        ),
+    ] = Field(
         default_factory=list, description="OpenAI's known_speaker_names[]: names, one per reference"
     )
-    known_speaker_references: list[str] = Field(
+    known_speaker_references: Annotated[
+        list[str],
+        Edges(
+            cli=None,
+            form=None,
+            by_hand="the form's known_speaker_references[] (or without brackets); the CLI's --speaker",
+        ),
+    ] = Field(
         default_factory=list,
         description="OpenAI's known_speaker_references[]: data URLs (or base64) of the clips, in the names' order",
     )
-    return_speaker_embeddings: bool = Field(
+    return_speaker_embeddings: Annotated[
+        bool, Edges(form=None, by_hand="the OpenAI form's include[]=speaker_embeddings")
+    ] = Field(
         default=False,
         description="list each diarized speaker's embedding in `speaker_identities`, to match speakers "
         "across recordings on the client",

@@ -116,8 +116,11 @@ def chromium_binary() -> str:
 
 
 @contextlib.contextmanager
-def chromium(profile_dir: Path, *, width: int = 1100, height: int = 900) -> Iterator[Page]:
-    """A headless Chromium with a fresh profile; yields its first tab. The browser and every
+def chromium(
+    profile_dir: Path, *, width: int = 1100, height: int = 900, microphone: Optional[Path] = None
+) -> Iterator[Page]:
+    """A headless Chromium with a fresh profile; yields its first tab. `microphone`: a WAV file
+    the browser's fake microphone plays (looping), granted without asking. The browser and every
     process it started are ended on exit, whatever happened."""
     profile_dir.mkdir(parents=True, exist_ok=True)
     port_file = profile_dir / "DevToolsActivePort"
@@ -127,7 +130,13 @@ def chromium(profile_dir: Path, *, width: int = 1100, height: int = 900) -> Iter
             chromium_binary(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--no-default-browser-check", "--disable-extensions", "--mute-audio", "--remote-debugging-port=0",
             f"--user-data-dir={profile_dir}", f"--window-size={width},{height}",
-            "--autoplay-policy=no-user-gesture-required", "about:blank",
+            "--autoplay-policy=no-user-gesture-required",
+            *(
+                ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                 f"--use-file-for-fake-audio-capture={microphone}"]
+                if microphone is not None else []
+            ),
+            "about:blank",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

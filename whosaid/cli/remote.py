@@ -233,12 +233,7 @@ class RemoteTranscriber:
             payload = {"inputs": base64.b64encode(data).decode("ascii"), "parameters": parameters}
             return session.post(f"{url}/", json=payload, headers=headers, timeout=timeout)
         route = "translations" if self.options.task == "translate" else "transcriptions"
-        parameters.pop("task", None)
-        # OpenAI's known-speaker fields: repeated form fields, the clips as data URLs.
-        known = parameters.pop("known_speakers", None) or {}
-        form = [(name, str(value)) for name, value in parameters.items()]
-        form += [("known_speaker_names[]", name) for name in known]
-        form += [("known_speaker_references[]", f"data:audio/*;base64,{clip}") for clip in known.values()]
+        form = openai_form_fields(parameters)
         form.append(("response_format", self.options.output_format))
         filename = job.audio_path.name
         if FORMATS[self.options.output_format].plays_audio:
@@ -279,6 +274,35 @@ class RemoteTranscriber:
         if session is None:
             session = self._local.session = requests.Session()
         return session
+
+
+def openai_form_fields(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Request parameters as the OpenAI routes' form fields: each option under its form name
+    (whosaid.config.request_options), and those the form takes in OpenAI's own way (the task is
+    the route) as it does."""
+    from whosaid.config import request_options
+
+    names = {option.name: option.form_name for option in request_options()}
+    form: list[tuple[str, str]] = []
+    for name, value in parameters.items():
+        if names.get(name):
+            values = value if isinstance(value, list) else [value]
+            form += [(names[name], _form_value(item)) for item in values]
+        elif name == "return_timestamps" and value == "word":
+            form.append(("timestamp_granularities[]", "word"))
+        elif name == "return_speaker_embeddings" and value:
+            form.append(("include[]", "speaker_embeddings"))
+        elif name == "known_speakers":
+            # OpenAI's known-speaker fields: repeated form fields, the clips as data URLs.
+            form += [("known_speaker_names[]", speaker) for speaker in value]
+            form += [("known_speaker_references[]", f"data:audio/*;base64,{clip}") for clip in value.values()]
+        elif name in ("known_speaker_names", "known_speaker_references"):
+            form += [(f"{name}[]", str(item)) for item in value]
+    return form
+
+
+def _form_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _failed(reason: str, attempts: int) -> _FileFailed:

@@ -241,18 +241,24 @@ def output_path(output_name: Path, output_dir: Path, output_format: str) -> Path
 
 def add_request_arguments(parser: argparse.ArgumentParser, *, assisted: bool) -> None:
     """The request's options as flags, shared by `transcribe` and `batch` (`assisted`: whether
-    this command takes --assisted); `request_parameters` reads them back."""
-    parser.add_argument("--task", choices=("transcribe", "translate"), help="translate: English text from any language")
-    parser.add_argument("--language", help="spoken language (code or name); detected when absent")
-    parser.add_argument("--batch-size", type=int, help="chunks decoded together on the batched path")
-    if assisted:
-        parser.add_argument(
-            "--assisted", choices=("auto", "true", "false"), help="speculative decoding with the assistant"
-        )
-    parser.add_argument("--chunk-length-s", type=float, help="window length for long audio, at most 30 s")
-    parser.add_argument("--num-speakers", type=int, help="exact number of speakers (diarization)")
-    parser.add_argument("--min-speakers", type=int, help="lower bound on speakers (diarization)")
-    parser.add_argument("--max-speakers", type=int, help="upper bound on speakers (diarization)")
+    this command takes --assisted): one per `InferenceConfig` field that the CLI takes
+    (whosaid.config.request_options), typed and described from the field; `request_parameters`
+    reads them back."""
+    from whosaid.config import request_options
+
+    for option in request_options():
+        if option.cli_flag is None or (option.name == "assisted" and not assisted):
+            continue
+        help_text = option.help.replace("%", "%%")
+        if option.kind == "flag":
+            parser.add_argument(option.cli_flag, dest=option.name, action="store_const", const=True, help=help_text)
+        elif option.kind == "list":
+            parser.add_argument(option.cli_flag, dest=option.name, action="append", help=help_text)
+        elif option.kind == "choice":
+            parser.add_argument(option.cli_flag, dest=option.name, choices=option.choices, help=help_text)
+        else:
+            converter = {"int": int, "float": float, "str": str}[option.kind]
+            parser.add_argument(option.cli_flag, dest=option.name, type=converter, help=help_text)
     parser.add_argument(
         "--speaker",
         action="append",
@@ -264,16 +270,9 @@ def add_request_arguments(parser: argparse.ArgumentParser, *, assisted: bool) ->
 
 def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     """The request parameters `add_request_arguments`' flags set, the unset ones left out."""
-    values = {
-        "task": args.task,
-        "language": args.language,
-        "batch_size": args.batch_size,
-        "assisted": getattr(args, "assisted", None),
-        "chunk_length_s": args.chunk_length_s,
-        "num_speakers": args.num_speakers,
-        "min_speakers": args.min_speakers,
-        "max_speakers": args.max_speakers,
-    }
+    from whosaid.config import request_options
+
+    values = {option.name: getattr(args, option.name, None) for option in request_options() if option.cli_flag}
     return {name: value for name, value in values.items() if value is not None}
 
 

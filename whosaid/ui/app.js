@@ -3,6 +3,9 @@
 // The API key, when the server wants one, is asked once and kept in this tab (sessionStorage).
 // Known voices: (name, clip) pairs sent as known_speaker_names[] / known_speaker_references[]
 // (the clips as data URLs); the server's own library (GET /v1/voices) is listed, read-only.
+// Live captions: the microphone streamed to /v1/realtime (OpenAI's Realtime transcription
+// protocol, 24 kHz PCM16); each turn's text grows as it is decoded, the viewer's lanes and
+// transcript grow turn by turn, and the stopped session is the viewer's, downloads included.
 "use strict";
 
 (function () {
@@ -243,6 +246,195 @@
     }
   }
 
+
+  // ---- Live captions -------------------------------------------------------------------------
+  const LIVE_RATE = 24000;
+  let live = null;  // the running session: socket, audio graph, captured samples, turns
+
+  function socketUrl() {
+    const url = new URL("/v1/realtime", window.location.href);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    url.searchParams.set("intent", "transcription");
+    const key = sessionStorage.getItem(KEY);
+    if (key) url.searchParams.set("api_key", key);
+    return url.toString();
+  }
+
+  function sessionUpdate() {
+    const transcription = { model: "whisper-1" };
+    const language = $("language").value.trim();
+    if (language) transcription.language = language;
+    return {
+      type: "session.update",
+      session: {
+        type: "transcription",
+        audio: {
+          input: {
+            format: { type: "audio/pcm", rate: LIVE_RATE },
+            transcription,
+            turn_detection: { type: "server_vad", silence_duration_ms: 500 },
+          },
+        },
+      },
+    };
+  }
+
+  function base64Pcm(floats) {
+    const bytes = new Uint8Array(floats.length * 2);
+    const view = new DataView(bytes.buffer);
+    for (let i = 0; i < floats.length; i++) {
+      const v = Math.max(-1, Math.min(1, floats[i]));
+      view.setInt16(2 * i, v < 0 ? v * 0x8000 : v * 0x7fff, true);
+    }
+    let text = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    return { b64: btoa(text), bytes };
+  }
+
+  // The captured audio as a WAV file, for the viewer's player and downloads.
+  function wavBlob(parts) {
+    const size = parts.reduce((total, part) => total + part.length, 0);
+    const header = new DataView(new ArrayBuffer(44));
+    const text = (offset, value) => { for (let i = 0; i < value.length; i++) header.setUint8(offset + i, value.charCodeAt(i)); };
+    text(0, "RIFF"); header.setUint32(4, 36 + size, true); text(8, "WAVE"); text(12, "fmt ");
+    header.setUint32(16, 16, true); header.setUint16(20, 1, true); header.setUint16(22, 1, true);
+    header.setUint32(24, LIVE_RATE, true); header.setUint32(28, LIVE_RATE * 2, true);
+    header.setUint16(32, 2, true); header.setUint16(34, 16, true); text(36, "data"); header.setUint32(40, size, true);
+    return new Blob([header, ...parts], { type: "audio/wav" });
+  }
+
+  // The session so far in the viewer's shape: a turn's speaker parts when the server diarizes,
+  // else the turn itself (no speaker).
+  function liveView(session) {
+    const segments = [], turns = [];
+    for (const turn of session.order.map((id) => session.turns[id])) {
+      if (!turn.done) continue;
+      const parts = turn.parts.length ? turn.parts : [{ speaker: null, start: turn.start, end: turn.end, text: turn.text }];
+      for (const part of parts) {
+        if (!part.text.trim()) continue;
+        segments.push({ speaker: part.speaker, start: part.start, end: part.end, words: [[" " + part.text.trim(), part.start, part.end]] });
+        if (part.speaker !== null) turns.push({ speaker: part.speaker, start: part.start, end: part.end });
+      }
+    }
+    const duration = session.samples / LIVE_RATE;
+    return { duration, language: $("language").value.trim() || null, turns, segments, identities: [], warnings: [] };
+  }
+
+  function showLive(session, audioSrc) {
+    const view = liveView(session);
+    if (!view.segments.length) return;
+    const viewer = window.WhosaidViewer.show(view, { audioSrc: audioSrc || "", fileName: "live-captions" });
+    viewer.setNames($("names").value.split(","));
+  }
+
+  function liveTurn(session, itemId) {
+    if (!session.turns[itemId]) {
+      session.turns[itemId] = { text: "", start: 0, end: 0, parts: [], done: false };
+      session.order.push(itemId);
+    }
+    return session.turns[itemId];
+  }
+
+  function onLiveEvent(session, event) {
+    const type = event.type;
+    if (type === "input_audio_buffer.speech_started") {
+      liveTurn(session, event.item_id).start = event.audio_start_ms / 1000;
+      status("Listening: someone is speaking...");
+    } else if (type === "input_audio_buffer.speech_stopped") {
+      liveTurn(session, event.item_id).end = event.audio_end_ms / 1000;
+    } else if (type === "conversation.item.input_audio_transcription.delta") {
+      const turn = liveTurn(session, event.item_id);
+      turn.text += event.delta;
+      $("live-text").textContent = turn.text;
+    } else if (type === "conversation.item.input_audio_transcription.segment") {
+      liveTurn(session, event.item_id).parts.push({ speaker: event.speaker, start: event.start, end: event.end, text: event.text });
+    } else if (type === "conversation.item.input_audio_transcription.completed") {
+      const turn = liveTurn(session, event.item_id);
+      turn.text = event.transcript;
+      turn.done = true;
+      $("live-text").textContent = "";
+      showLive(session);
+      status("Listening: " + session.order.filter((id) => session.turns[id].done).length + " turns so far.");
+    } else if (type === "conversation.item.input_audio_transcription.failed" || type === "error") {
+      showError("Error (" + event.error.code + "): " + event.error.message);
+    }
+    if (session.stopping && session.order.every((id) => session.turns[id].done)) finishLive(session);
+  }
+
+  function finishLive(session) {
+    if (session.finished) return;
+    session.finished = true;
+    clearTimeout(session.timer);
+    if (session.socket.readyState <= 1) session.socket.close(1000);
+    $("live-text").hidden = true;
+    const audio = URL.createObjectURL(wavBlob(session.parts));
+    showLive(session, audio);
+    const done = session.order.filter((id) => session.turns[id].done).length;
+    status("Live session ended: " + done + " turns; download it below.");
+    $("live").textContent = "Live captions";
+    $("live").setAttribute("aria-pressed", "false");
+    $("live").disabled = false;
+    live = null;
+  }
+
+  function stopLive() {
+    const session = live;
+    session.stopping = true;
+    $("live").disabled = true;
+    session.stream.getTracks().forEach((track) => track.stop());
+    session.processor.disconnect();
+    session.context.close();
+    status("Finishing the last turn...");
+    if (session.socket.readyState === 1) session.socket.send(JSON.stringify({ type: "input_audio_buffer.commit" }));
+    // A turn the server never completes (the socket dropped) does not hold the page forever.
+    session.timer = setTimeout(() => finishLive(session), 60000);
+    if (session.order.every((id) => session.turns[id].done)) setTimeout(() => finishLive(session), 2000);
+  }
+
+  async function startLive() {
+    clearError();
+    let stream;
+    try {
+      stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true } });
+    } catch (error) {
+      showError("The microphone is not available: " + error.message);
+      return;
+    }
+    const context = new AudioContext({ sampleRate: LIVE_RATE });
+    const source = context.createMediaStreamSource(stream);
+    const processor = context.createScriptProcessor(4096, 1, 1);
+    const socket = new WebSocket(socketUrl());
+    const session = { socket, stream, context, processor, parts: [], samples: 0, turns: {}, order: [], stopping: false };
+    live = session;
+    socket.onopen = () => socket.send(JSON.stringify(sessionUpdate()));
+    socket.onmessage = (message) => onLiveEvent(session, JSON.parse(message.data));
+    socket.onclose = (event) => {
+      if (!session.stopping && !session.finished) {
+        showError("The live session was closed by the server (" + event.code + (event.reason ? ": " + event.reason : "") + ").");
+        stopLive();
+      }
+      if (session.stopping) finishLive(session);
+    };
+    processor.onaudioprocess = (event) => {
+      if (session.stopping || socket.readyState !== 1) return;
+      const { b64, bytes } = base64Pcm(event.inputBuffer.getChannelData(0));
+      session.parts.push(bytes);
+      session.samples += bytes.length / 2;
+      socket.send(JSON.stringify({ type: "input_audio_buffer.append", audio: b64 }));
+    };
+    source.connect(processor);
+    processor.connect(context.destination);
+    $("live").textContent = "Stop live captions";
+    $("live").setAttribute("aria-pressed", "true");
+    $("live-text").textContent = "";
+    $("live-text").hidden = false;
+    status("Listening...");
+  }
+
+  function toggleLive() {
+    if (live) stopLive(); else startLive();
+  }
+
   const drop = $("drop-zone");
   drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
@@ -253,6 +445,7 @@
   });
   $("file").addEventListener("change", () => { if ($("file").files.length) choose($("file").files[0]); });
   $("record").addEventListener("click", record);
+  $("live").addEventListener("click", toggleLive);
   $("voice-file").addEventListener("change", () => {
     for (const file of $("voice-file").files) addVoice(file);
     $("voice-file").value = "";

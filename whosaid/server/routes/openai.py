@@ -21,8 +21,9 @@ from typing import Annotated, Any, Literal, Optional
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
+from whosaid.config import request_options
 from whosaid.formats import FORMATS, OutputFormat, Rendering, ResponseFormat, Task, json_models
 from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
@@ -59,17 +60,12 @@ def _form_list(alias: str, description: str) -> Any:
     return Field(default_factory=list, alias=alias, description=description)
 
 
-class AudioForm(BaseModel):
-    """The multipart form of both routes (OpenAI's fields plus speaker-count hints)."""
+class _OpenAIForm(BaseModel):
+    """OpenAI's own fields of the multipart form (and the known-speaker and `include[]` lists);
+    `AudioForm` adds the request options (whosaid.config.request_options)."""
 
     file: UploadFile = Field(description="the audio file: wav, flac, mp3, ogg/opus, m4a, webm")
     model: Optional[str] = Field(default=None, description="accepted and ignored")
-    language: Optional[str] = Field(
-        default=None, description="spoken language (ISO-639-1 such as 'en'); detected when absent"
-    )
-    prompt: Optional[str] = Field(
-        default=None, description="text that conditions the first window (spellings, names, style)"
-    )
     response_format: ResponseFormat = Field(
         default="json",
         description=_format_notes(),
@@ -92,12 +88,6 @@ class AudioForm(BaseModel):
         description="server-sent events: transcript.text.delta as windows finish, then "
         f"transcript.text.done ({STREAMABLE}, as transcript.text.segment events before done)",
     )
-    num_speakers: Optional[int] = Field(default=None, description="exact number of speakers")
-    min_speakers: Optional[int] = Field(default=None, description="lower bound on speakers")
-    max_speakers: Optional[int] = Field(default=None, description="upper bound on speakers")
-    batch_size: Optional[int] = Field(default=None, description="windows decoded together (POST /'s batch_size)")
-    chunk_length_s: Optional[float] = Field(default=None, description="window length for long audio, 5 to 30 s")
-    assisted: Optional[str] = Field(default=None, description="speculative decoding: true, false or auto")
     known_speaker_names: list[str] = _form_list("known_speaker_names[]", "names of the known speakers")
     known_speaker_references: list[str] = _form_list(
         "known_speaker_references[]",
@@ -115,17 +105,10 @@ class AudioForm(BaseModel):
 
     def parameters(self, task: Task) -> dict[str, object]:
         """The core's request parameters (validated there, like every edge's)."""
-        values = {
+        values = {option.name: getattr(self, option.form_name) for option in _FORM_OPTIONS}
+        values |= {
             "task": task,
-            "language": self.language,
-            "initial_prompt": self.prompt,
             "return_timestamps": "word" if self.wants_words() else None,
-            "num_speakers": self.num_speakers,
-            "min_speakers": self.min_speakers,
-            "max_speakers": self.max_speakers,
-            "batch_size": self.batch_size,
-            "chunk_length_s": self.chunk_length_s,
-            "assisted": self.assisted,
             "known_speaker_names": [*self.known_speaker_names, *self.known_speaker_names_plain] or None,
             "known_speaker_references": [*self.known_speaker_references, *self.known_speaker_references_plain] or None,
             "return_speaker_embeddings": True if "speaker_embeddings" in self.include else None,
@@ -147,6 +130,25 @@ class AudioForm(BaseModel):
         if "word" in self.timestamp_granularities and not self.wants_words():
             warnings.append(f"word timestamps come with response_format={_WORDS_ON_REQUEST}; they were not computed")
         return warnings
+
+
+# The form's types are loose (the core validates the values, with the same messages on every
+# edge): a number stays a number, a choice is text.
+_FORM_TYPES = {"flag": bool, "int": int, "float": float, "str": str, "choice": str}
+_FORM_OPTIONS = tuple(option for option in request_options() if option.form_name)
+
+
+def _option_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for option in _FORM_OPTIONS:
+        if option.kind not in _FORM_TYPES:
+            raise TypeError(f"request option {option.name}: a form field cannot be a {option.kind}")
+        fields[option.form_name] = (Optional[_FORM_TYPES[option.kind]], Field(default=None, description=option.help))
+    return fields
+
+
+#: The multipart form of both routes: OpenAI's fields, then one field per request option.
+AudioForm = create_model("AudioForm", __base__=_OpenAIForm, **_option_fields())
 
 
 _RESPONSES = {**ERROR_RESPONSES, 200: _TEXT_RESPONSES}
