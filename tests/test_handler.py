@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
-from tests.support.audio_files import encode, resample
+from tests.support.audio_files import channels_wav, encode, resample
 from whosaid.audio.loading import load_audio
 from whosaid.config import get_model_settings
 from whosaid.errors import (
@@ -158,6 +158,14 @@ def test_unknown_parameters_are_listed_as_warnings(handler, sample_audio) -> Non
             "min_speakers (4) is greater than max_speakers (2)",
         ),
         ({"inputs": "UklGRg==", "parameters": "fast"}, InvalidParametersError, "parameters must be a JSON object"),
+        (
+            {
+                "inputs": base64.b64encode(channels_wav(np.full((9, 16_000), 0.01, np.float32))).decode(),
+                "parameters": {"multichannel": True},
+            },
+            InvalidParametersError,
+            "multichannel=true takes at most 8 channels, and the audio holds 9",
+        ),
         (
             {"inputs": "UklGRg==", "parameters": {"assisted": True, "batch_size": 1}},
             InvalidParametersError,

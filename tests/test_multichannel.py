@@ -75,8 +75,10 @@ def test_more_than_eight_channels_is_the_clients_error() -> None:
 def test_channel_parameters_are_checked() -> None:
     config, _ = InferenceConfig.from_parameters({"multichannel": "true", "channel_names": ["Agent", "Caller"]})
     assert (config.multichannel, config.channel_names) == (True, ["Agent", "Caller"])
+    config, _ = InferenceConfig.from_parameters({"channel_names": ["Agent"]})  # names imply multichannel
+    assert (config.multichannel, config.channel_names) == (True, ["Agent"])
     for parameters, message in (
-        ({"channel_names": ["Agent"]}, "channel_names need multichannel=true"),
+        ({"multichannel": False, "channel_names": ["Agent"]}, "channel_names need multichannel=true"),
         ({"multichannel": True, "channel_names": ["Agent", " Agent "]}, "'Agent' is given twice"),
         ({"multichannel": True, "channel_names": ["CHANNEL_1"]}, "looks like a generated label"),
         ({"multichannel": True, "channel_names": [""]}, "channel name #1 is empty"),

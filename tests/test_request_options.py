@@ -82,7 +82,12 @@ def test_cli_flag_reaches_the_config(command: str, name: str) -> None:
             build_parser(command).parse_args([*required, "--assisted", "true"])
         return
     value = sample(option)
-    flag = [option.cli_flag] if option.kind == "flag" else [option.cli_flag, str(value)]
+    if option.kind == "flag":
+        flag = [option.cli_flag]
+    elif option.kind == "list":  # repeated, one value each time
+        flag = [part for item in value for part in (option.cli_flag, item)]
+    else:
+        flag = [option.cli_flag, str(value)]
     args = build_parser(command).parse_args([*required, *flag])
     parameters = request_parameters(args)
     assert set(parameters) == {name}
@@ -98,7 +103,8 @@ def test_unset_flags_leave_the_defaults() -> None:
 @pytest.mark.parametrize("name", [name for name, option in OPTIONS.items() if option.form_name])
 def test_form_field_reaches_the_config(name: str) -> None:
     option = OPTIONS[name]
-    parameters = form([(option.form_name, as_text(sample(option)))])
+    values = sample(option) if option.kind == "list" else [sample(option)]
+    parameters = form([(option.form_name, as_text(value)) for value in values])
     config, _ = InferenceConfig.from_parameters(parameters.parameters("transcribe"))
     assert getattr(config, name) == expected(option)
 

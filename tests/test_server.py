@@ -23,7 +23,7 @@ from openai.types.audio import (
     TranslationVerbose,
 )
 
-from tests.support.audio_files import encode
+from tests.support.audio_files import channels_wav, encode
 from tests.support.server import cpu_server
 from whosaid.audio.loading import load_audio
 from whosaid.formats import DiarizedTranscription, JsonTranscription, VerboseTranscription
@@ -285,6 +285,12 @@ def test_openai_speaker_hints_and_unsupported_options(openai_client: OpenAI, cli
 # --- bad requests ----------------------------------------------------------------------------
 
 
+def nine_channels() -> bytes:
+    """1 s of a tone on nine channels, a 16-bit WAV."""
+    tone = np.float32(0.1) * np.sin(np.arange(16_000, dtype=np.float32) / 7)
+    return channels_wav(np.tile(tone, (9, 1)))
+
+
 def truncated(clip: bytes) -> bytes:
     return clip[: len(clip) // 2]
 
@@ -360,6 +366,18 @@ BAD_REQUESTS = {
         "invalid_parameters",
         "stream=true sends the text as events (response_format json or text; diarized_json adds segments with "
         "speakers); html needs the whole transcript: send stream=false",
+    ),
+    "nine channels with multichannel": (
+        lambda s, c: blog(s, b64(nine_channels()), {"multichannel": True}),
+        422,
+        "invalid_parameters",
+        "multichannel=true takes at most 8 channels, and the audio holds 9",
+    ),
+    "nine channels with multichannel, OpenAI form": (
+        lambda s, c: transcribe(s, nine_channels(), multichannel="true"),
+        422,
+        "invalid_parameters",
+        "multichannel=true takes at most 8 channels, and the audio holds 9",
     ),
     "zero speakers": (lambda s, c: blog(s, b64(c), {"num_speakers": 0}), 422, "invalid_parameters", "'num_speakers'"),
     "min over max speakers": (

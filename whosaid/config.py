@@ -414,18 +414,30 @@ class InferenceConfig(BaseModel):
         description="list each diarized speaker's embedding in `speaker_identities`, to match speakers "
         "across recordings on the client",
     )
-    multichannel: bool = Field(
+    multichannel: Annotated[
+        bool, Edges(help="transcribe each channel on its own (one party per channel: stereo calls), merged by time")
+    ] = Field(
         default=False,
         description="transcribe each channel of the recording on its own (one party per channel: "
-        "stereo calls) and merge them by time; the speaker of channel N is CHANNEL_N unless "
-        "channel_names or known speakers name it; mono audio is transcribed as without it",
+        "stereo calls; at most 8 channels) and merge them by time; the speaker of channel N is "
+        "CHANNEL_N unless channel_names or known speakers name it; mono audio is transcribed as without it",
     )
-    channel_names: Optional[list[str]] = Field(
+    channel_names: Annotated[
+        Optional[list[str]],
+        Edges(cli="--channel-name", help="the speaker on the next channel (repeatable, in the channels' order)"),
+    ] = Field(
         default=None,
         max_length=MAX_CHANNELS,
-        description="with multichannel: the speakers' names, in the channels' order (first name for "
-        "the first channel, the left one of a stereo file)",
+        description="the channels' speakers' names, in the channels' order (the first for the left "
+        "channel of a stereo file); implies multichannel",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _channel_names_imply_multichannel(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("channel_names") and "multichannel" not in data:
+            return {**data, "multichannel": True}
+        return data
 
     @field_validator("language", mode="before")
     @classmethod
@@ -502,7 +514,7 @@ class InferenceConfig(BaseModel):
                 )
         if self.channel_names is not None:
             if not self.multichannel:
-                raise ValueError("channel_names need multichannel=true")
+                raise ValueError("channel_names need multichannel=true (leave multichannel out, or send true)")
             check_channel_names(self.channel_names)
         if context.get("has_diarizer") is False and hints.given():
             names = ", ".join(sorted(hints.given()))

@@ -105,7 +105,9 @@ class _OpenAIForm(BaseModel):
 
     def parameters(self, task: Task) -> dict[str, object]:
         """The core's request parameters (validated there, like every edge's)."""
+        # A repeated field sent no time is not given (None), like an unset one.
         values = {option.name: getattr(self, option.form_name) for option in _FORM_OPTIONS}
+        values |= {option.name: values[option.name] or None for option in _FORM_OPTIONS if option.kind == "list"}
         values |= {
             "task": task,
             "return_timestamps": "word" if self.wants_words() else None,
@@ -141,6 +143,9 @@ _FORM_OPTIONS = tuple(option for option in request_options() if option.form_name
 def _option_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for option in _FORM_OPTIONS:
+        if option.kind == "list":
+            fields[option.form_name] = (list[str], _form_list(option.form_name, option.help))
+            continue
         if option.kind not in _FORM_TYPES:
             raise TypeError(f"request option {option.name}: a form field cannot be a {option.kind}")
         fields[option.form_name] = (Optional[_FORM_TYPES[option.kind]], Field(default=None, description=option.help))
