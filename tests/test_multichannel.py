@@ -127,6 +127,16 @@ def test_channels_merge_by_time_into_segments_of_one_speaker() -> None:
     assert [(t.speaker, t.start_s, t.end_s) for t in turns] == [("A", 0.0, 4.0), ("B", 1.5, 2.5)]
 
 
+def test_speakers_diarized_within_a_channel_are_labelled_by_it() -> None:
+    from whosaid.engine import _speaker_label
+
+    assert _speaker_label("SPEAKER_00", "CHANNEL_0", 1, named=False, known=set()) == "CHANNEL_0"
+    assert _speaker_label("SPEAKER_01", "CHANNEL_0", 2, named=False, known=set()) == "CHANNEL_0/SPEAKER_01"
+    assert _speaker_label("Ann", "CHANNEL_1", 1, named=False, known={"Ann"}) == "Ann"  # a known voice
+    assert _speaker_label("Ann", "Agent", 1, named=True, known={"Ann"}) == "Agent"  # channel_names first
+    assert _speaker_label("Ann", "Room", 2, named=True, known={"Ann"}) == "Ann"
+
+
 # --- real stereo speech ---------------------------------------------------------------------------
 
 
@@ -199,3 +209,12 @@ def test_a_call_gives_each_party_its_words_once(base_engine) -> None:
     turns = sorted(transcript.turns, key=lambda turn: turn.start_s)
     assert [turn.speaker for turn in turns] == ["CHANNEL_0", "CHANNEL_1"]
     assert turns[1].start_s < turns[0].end_s  # the parties overlap, and RTTM keeps both
+
+
+def test_with_the_diarizer_each_channel_is_diarized_on_its_own(converted_model, make_engine) -> None:
+    engine = make_engine(converted_model("whisper-base"), diarization="builtin")
+    transcript = engine.run(STEREO.read_bytes(), {"multichannel": True, "language": "en"})
+    assert words_of(transcript, 0) == LEFT and words_of(transcript, 1) == RIGHT
+    # One voice on each channel: the channel's label, not CHANNEL_0/SPEAKER_00.
+    assert {(turn.speaker, turn.channel) for turn in transcript.turns} == {("CHANNEL_0", 0), ("CHANNEL_1", 1)}
+    assert {(s.speaker, s.channel) for s in transcript.speakers} == {("CHANNEL_0", 0), ("CHANNEL_1", 1)}

@@ -125,6 +125,7 @@
       const value = $(id).value.trim();
       if (value) form.append(field, value);
     }
+    if ($("multichannel").checked) form.append("multichannel", "true");
     for (const voice of voices) {
       const name = voice.name.value.trim();
       const reference = await dataUrl(voice.file);
