@@ -17,8 +17,9 @@ from tests.support.audio_files import channels_wav
 from whosaid.audio.loading import load_audio, load_audio_file
 from whosaid.config import InferenceConfig
 from whosaid.errors import AudioTooLongError, InvalidParametersError
-from whosaid.formats import to_rttm, to_srt, to_vtt
+from whosaid.formats import to_diarized_json, to_rttm, to_srt, to_verbose_json, to_vtt
 from whosaid.results import Chunk, Word
+from whosaid.server.schemas import TranscriptResponse
 from whosaid.speakers.channels import crosstalk_words, merge_channels, without_crosstalk
 
 STEREO = Path(__file__).parent / "data" / "stereo_diarization.wav"
@@ -163,6 +164,14 @@ def test_each_channel_says_its_own_sentence(stereo_transcript) -> None:
     assert response["channels"] == 2
     assert [chunk["channel"] for chunk in response["chunks"]] == [chunk.channel for chunk in stereo_transcript.chunks]
     assert {turn["channel"] for turn in response["turns"]} == {0, 1}
+    # The server's response model, verbose_json and diarized_json keep the channels.
+    assert TranscriptResponse.model_validate(response).model_dump(mode="json", exclude_none=True) == response
+    segments = to_diarized_json(stereo_transcript).segments
+    assert [(s.speaker, s.channel) for s in segments] == [(s.speaker, s.channel) for s in stereo_transcript.speakers]
+    verbose = to_verbose_json(stereo_transcript).segments
+    assert [(s.speaker, s.channel, s.text) for s in verbose] == [
+        (f"CHANNEL_{chunk.channel}", chunk.channel, chunk.text) for chunk in stereo_transcript.chunks
+    ]
 
 
 def test_talking_at_once_is_two_overlapping_turns_in_every_format(stereo_transcript) -> None:
@@ -174,6 +183,17 @@ def test_talking_at_once_is_two_overlapping_turns_in_every_format(stereo_transcr
     for segment in stereo_transcript.speakers:
         assert f"{segment.speaker}: {segment.text}" in srt
         assert f"<v {segment.speaker}>{segment.text}" in vtt
+
+
+def test_the_cli_transcribes_channels_apart(capsys, converted_model) -> None:
+    from whosaid.cli.main import main
+
+    model = str(converted_model("whisper-base"))
+    argv = ["transcribe", str(STEREO), "--asr-model", model, "--device", "cpu", "--multichannel", "--language", "en"]
+    assert main([*argv, "-f", "srt", "--channel-name", "Left"]) == 0
+    srt = capsys.readouterr().out
+    assert "Left: He began a confused complaint against the wizard, who" in srt
+    assert "CHANNEL_1: The horizon seems extremely distant." in srt
 
 
 def test_channel_names_name_the_channels(base_engine) -> None:

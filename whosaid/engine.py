@@ -120,8 +120,10 @@ class Engine:
             multichannel=config.multichannel,
         )
 
-    def load_audio_file(self, path: Path) -> Audio:
-        return load_audio_file(path, max_duration_s=self.max_audio_duration_s)
+    def load_audio_file(self, path: Path, config: Optional[InferenceConfig] = None) -> Audio:
+        """A file from disk; `config`'s multichannel keeps its channels apart."""
+        multichannel = config is not None and config.multichannel
+        return load_audio_file(path, max_duration_s=self.max_audio_duration_s, multichannel=multichannel)
 
     def run(
         self,

@@ -117,6 +117,9 @@ class VerboseSegment(BaseModel):
     speaker: Optional[str] = Field(
         default=None, exclude_if=_is_none, description="who said it, when a diarization model ran"
     )
+    channel: Optional[int] = Field(
+        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
+    )
 
 
 class VerboseWord(BaseModel):
@@ -158,6 +161,9 @@ class DiarizedSegment(BaseModel):
     end: float
     text: str
     speaker: str
+    channel: Optional[int] = Field(
+        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
+    )
 
 
 class DiarizedTranscription(BaseModel):
@@ -273,7 +279,12 @@ def to_json(transcript: Transcript) -> JsonTranscription:
 def to_verbose_json(transcript: Transcript, *, task: Task = "transcribe") -> VerboseTranscription:
     segments = [
         VerboseSegment(
-            id=index, start=_seconds(chunk.start_s), end=_seconds(chunk.end_s), text=chunk.text, speaker=speaker
+            id=index,
+            start=_seconds(chunk.start_s),
+            end=_seconds(chunk.end_s),
+            text=chunk.text,
+            speaker=speaker,
+            channel=chunk.channel,
         )
         for index, (chunk, speaker) in enumerate(_chunks_with_speakers(transcript))
     ]
@@ -310,6 +321,7 @@ def to_diarized_json(transcript: Transcript) -> DiarizedTranscription:
             end=_seconds(segment.end_s),
             text=segment.text,
             speaker=segment.speaker,
+            channel=segment.channel,
         )
         for index, segment in enumerate(transcript.speakers)
     ]

@@ -115,7 +115,9 @@ class Transcriber:
         config, warnings = self.engine.parse_parameters(parameters)
         started = time.perf_counter()
         with memory_released_on_failure():
-            audio = decode_audio_bytes(data, max_duration_s=self.engine.max_audio_duration_s)
+            audio = decode_audio_bytes(
+                data, max_duration_s=self.engine.max_audio_duration_s, multichannel=config.multichannel
+            )
             decoded = time.perf_counter()
             transcript = self.engine.transcribe(audio, config, warnings=warnings)
         finished = time.perf_counter()

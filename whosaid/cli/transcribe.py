@@ -156,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             with memory_released_on_failure():
                 on_text = None if progress.disable else text_progress(progress, path.name)
-                transcript = engine.transcribe(engine.load_audio_file(path), config, warnings=warnings, on_text=on_text)
+                audio = engine.load_audio_file(path, config)
+                transcript = engine.transcribe(audio, config, warnings=warnings, on_text=on_text)
         except WhosaidError as error:
             failed += 1
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)

@@ -55,18 +55,27 @@ class TranscriptChunk(BaseModel):
     language: Optional[str] = Field(
         default=None, exclude_if=_is_none, description="the chunk's language, with multilingual=true"
     )
+    channel: Optional[int] = Field(
+        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
+    )
 
 
 class TranscriptSpeakerSegment(BaseModel):
     speaker: str
     text: str
     timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
+    channel: Optional[int] = Field(
+        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
+    )
 
 
 class TranscriptTurn(BaseModel):
     speaker: str
     start: float = Field(description="seconds from the start of the audio")
     end: float = Field(description="seconds from the start of the audio")
+    channel: Optional[int] = Field(
+        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
+    )
 
 
 class TranscriptResponse(BaseModel):
@@ -89,6 +98,11 @@ class TranscriptResponse(BaseModel):
     duration: float = Field(description="duration of the input audio in seconds")
     decoding: Optional[Literal["assisted", "batched"]] = Field(
         default=None, exclude_if=_is_none, description="absent when nothing was decoded (silence)"
+    )
+    channels: Optional[int] = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="with multichannel=true on audio of several channels: how many were transcribed apart",
     )
     speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
         default=None,
