@@ -55,6 +55,8 @@ class Call:
 
     samples: np.ndarray
     references: tuple[str, str]
+    #: What was said, turn by turn in the order the turns start.
+    spoken: str
     turns: tuple[tuple[int, float, float], ...]
 
     @property
@@ -113,7 +115,8 @@ def build_call(
     peak = float(np.abs(mixed).max())
     if peak > 0.99:
         mixed *= 0.99 / peak
-    return Call(mixed, (" ".join(references[0]), " ".join(references[1])), tuple(spans))
+    spoken = " ".join((directory / f"{name}.txt").read_text().strip() for _, _, name in clips)
+    return Call(mixed, (" ".join(references[0]), " ".join(references[1])), spoken, tuple(spans))
 
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
@@ -127,12 +130,12 @@ def channel_text(transcript, channel: int) -> str:
 
 
 def scores(call: Call, transcript) -> dict[str, float]:
-    """cpWER (each party's reference against its channel's words) and WER (all references
-    against the whole text), both pooled over the parties' words."""
+    """cpWER (each party's reference against its channel's words) and WER (what was said, turn by
+    turn, against the whole text), both pooled over the parties' words."""
     cp = [
         word_errors(reference, channel_text(transcript, channel)) for channel, reference in enumerate(call.references)
     ]
-    whole = word_errors(" ".join(call.references), transcript.text)
+    whole = word_errors(call.spoken, transcript.text)
     return {
         "cpwer": sum(e for e, _ in cp) / sum(w for _, w in cp),
         "wer": whole[0] / whole[1],

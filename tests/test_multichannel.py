@@ -20,7 +20,7 @@ from whosaid.errors import AudioTooLongError, InvalidParametersError
 from whosaid.formats import to_diarized_json, to_rttm, to_srt, to_verbose_json, to_vtt
 from whosaid.results import Chunk, Word
 from whosaid.server.schemas import TranscriptResponse
-from whosaid.speakers.channels import crosstalk_words, merge_channels, without_crosstalk
+from whosaid.speakers.channels import crosstalk_words, merge_channels, without_crosstalk, without_drowned_speech
 
 STEREO = Path(__file__).parent / "data" / "stereo_diarization.wav"
 # faster-whisper's own test of this file (tests/test_transcribe.py, test_stereo_diarization).
@@ -110,6 +110,19 @@ def test_a_faint_run_of_the_loud_channels_words_is_dropped_and_a_quiet_party_is_
     kept, dropped = without_crosstalk(chunks, channels)
     assert dropped == 2
     assert [(chunk.text, chunk.start_s, chunk.channel) for chunk in kept[1]] == [(" no way", 2.2, 1)]
+
+
+def test_speech_regions_another_channel_drowns_are_silenced_before_recognition() -> None:
+    rate = 16_000
+    loud = np.float32(0.3) * np.sin(np.arange(4 * rate, dtype=np.float32) / 5)
+    faint = loud * np.float32(0.03)  # -30 dB throughout: the echo
+    faint[3 * rate :] = loud[3 * rate :]  # its own party in the last second, as loud
+    channels = load_audio({"array": np.stack([loud, faint]), "sampling_rate": rate}, multichannel=True).channels
+    track, silenced_s = without_drowned_speech(channels, 1, [(0.0, 2.0), (2.5, 4.0)])
+    assert silenced_s == 2.0
+    assert not track.samples[: 2 * rate].any()
+    np.testing.assert_array_equal(track.samples[2 * rate :], channels[1].samples[2 * rate :])
+    assert without_drowned_speech(channels, 0, [(0.0, 4.0)]) == (channels[0], 0.0)
 
 
 def test_channels_merge_by_time_into_segments_of_one_speaker() -> None:

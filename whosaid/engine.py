@@ -32,12 +32,16 @@ from whosaid.speakers.channels import (
     merge_channels,
     turns_of_words,
     without_crosstalk,
+    without_drowned_speech,
 )
 from whosaid.speakers.diarizer import load_diarizer
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, decode_reference, load_voice_library
 from whosaid.speakers.protocols import Diarizer
 
 logger = logging.getLogger(__name__)
+#: Speech regions are judged for crosstalk in pieces of at most this length (split at pauses), so
+#: that the other party's faint turn is found apart from the channel's own speech beside it.
+DROWNED_REGION_S = 4.0
 
 
 class JobListener(Protocol):
@@ -272,10 +276,17 @@ class Engine:
         all_warnings = list(warnings)
         language, decoding = None, None
         heard: list[tuple[Chunk, ...]] = []
-        for track in audio.channels:
+        vad = getattr(self.recognizer, "vad", None)
+        for channel, track in enumerate(audio.channels):
             if track.is_silent():
                 heard.append(())
                 continue
+            if vad is not None:
+                # The other party heard faintly is skipped, not transcribed and then dropped.
+                track, silenced_s = without_drowned_speech(
+                    audio.channels, channel, vad.speech_regions(track.reader, max_region_s=DROWNED_REGION_S)
+                )
+                logger.debug("multichannel: channel %d: %.1f s of crosstalk skipped", channel, silenced_s)
             with as_core_errors("speech recognition"):
                 asr = self.recognizer.transcribe(track, asr_config, should_stop=should_stop)
             language = language or asr.language

@@ -216,3 +216,24 @@ def merge_channels(
         key=lambda turn: (turn.start_s, turn.end_s, turn.speaker),
     )
     return chunks, tuple(segments), tuple(turns)
+
+
+def without_drowned_speech(
+    channels: Sequence[Audio], channel: int, regions: Sequence[tuple[float, float]]
+) -> tuple[Audio, float]:
+    """The channel with its speech regions (`regions`: the voice activity detector's) that another
+    channel holds CROSSTALK_DB louder over their whole span silenced, so that speech recognition
+    skips them: on a call, each channel carries the other party's voice faintly almost all the
+    time, and transcribing it only to drop its words would double the work. A region where the
+    channel's own party speaks too is not drowned on average, and stays (its crosstalk words go
+    after recognition). Returns the channel (itself when nothing is silenced) and the seconds
+    silenced."""
+    track = channels[channel]
+    drowned = [(start_s, end_s) for start_s, end_s in regions if is_drowned(channels, channel, start_s, end_s)]
+    if not drowned:
+        return track, 0.0
+    samples = np.array(track.reader[0 : len(track.samples)], dtype=np.float32)
+    rate = track.sample_rate_hz
+    for start_s, end_s in drowned:
+        samples[int(start_s * rate) : int(math.ceil(end_s * rate))] = 0.0
+    return Audio(samples, rate), sum(end_s - start_s for start_s, end_s in drowned)
