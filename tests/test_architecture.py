@@ -96,3 +96,17 @@ def test_no_init_file_imports_anything() -> None:
         body = ast.parse(path.read_text()).body
         imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
         assert imports == [], f"{path.relative_to(REPO_ROOT)} imports"
+
+
+def test_the_recognizers_kernels_import_nothing_of_the_package_outside_them() -> None:
+    """whosaid.recognition.kernels holds the CPU kernels (the decoder step, its linear products):
+    the decoding logic beside them calls them, never the other way round."""
+    kernels = PACKAGE / "recognition" / "kernels"
+    assert sorted(path.name for path in kernels.glob("*.py")) == ["__init__.py", "decoder_step.py", "products.py"]
+    for path in kernels.rglob("*.py"):
+        outside = [
+            module
+            for module in imported_modules(path)
+            if module.startswith("whosaid.") and not module.startswith("whosaid.recognition.kernels")
+        ]
+        assert outside == [], f"{path.relative_to(REPO_ROOT)} imports {outside}"

@@ -10,7 +10,7 @@ speculative drafts) gets the same options as keyword arguments and, greedy, the 
 `WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
-same decoder arithmetic (whosaid.recognition.decoder_step: one hand-written step over the model's
+same decoder arithmetic (whosaid.recognition.kernels.decoder_step: one hand-written step over the model's
 weights) under the same rules, without their per-step costs, so it picks the same tokens as
 greedy `generate` (checked token for token on transformers 4.57 and 5); rows that reach
 end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from whosaid.config import WHISPER_FRAMES_PER_S
-from whosaid.recognition.decoder_step import WhisperDecoderStep
+from whosaid.recognition.kernels.decoder_step import WhisperDecoderStep
 from whosaid.recognition.logits_rules import DecodingOptions, WhisperLogitsRules
 
 WHISPER_TIME_PRECISION_S = 1 / WHISPER_FRAMES_PER_S  # one timestamp token: <|0.00|>, <|0.02|>, ...
