@@ -25,6 +25,7 @@ from whosaid.recognition.greedy import (
     split_segments,
 )
 from whosaid.recognition.recognizer import BATCHED
+from whosaid.recognition.segments import DecodedSegment
 
 
 def reference_tokens(recognizer, features, **kwargs) -> list[list[int]]:
@@ -223,13 +224,19 @@ def test_compression_ratio_flags_repetition() -> None:
 def test_segments_are_cut_at_timestamps() -> None:
     begin = 100
     tokens = [begin, 1, 2, begin + 50, begin + 50, 3, begin + 120, begin + 130, 4, 5]
-    assert split_segments(tokens, begin) == [
-        (0.0, 1.0, [1, 2]),
-        (1.0, 2.4, [3]),
-        (2.6, None, [4, 5]),  # no closing timestamp: the window's end
+    assert split_segments(tokens, begin, 0.0, 30.0) == [
+        DecodedSegment((1, 2), 0.0, 1.0),
+        DecodedSegment((3,), 1.0, 2.4),
+        DecodedSegment((4, 5), 2.6, 30.0),  # no closing timestamp: the window's end
     ]
-    assert split_segments([7, 8], begin) == [(None, None, [7, 8])]
-    assert split_segments([begin, begin + 10], begin) == []
+    assert split_segments([7, 8], begin, 0.0, 30.0) == [DecodedSegment((7, 8), 0.0, 30.0)]
+    assert split_segments([begin, begin + 10], begin, 0.0, 30.0) == []
+    # Timed from the window's start on the audio, never past its end.
+    assert split_segments(tokens, begin, 10.0, 12.0) == [
+        DecodedSegment((1, 2), 10.0, 11.0),
+        DecodedSegment((3,), 11.0, 12.0),
+        DecodedSegment((4, 5), 12.0, 12.0),
+    ]
 
 
 # ------------------------------------------------------------------------------ fallback
