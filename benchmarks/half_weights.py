@@ -1,5 +1,5 @@
 """What multiplying from exact half-precision copies of the weights buys on CPU in float32
-(whosaid.recognition.products.HalfWeights, used for every weight half precision holds exactly:
+(whosaid.recognition.kernels.products.HalfWeights, used for every weight half precision holds exactly:
 all of Whisper's released checkpoints).
 
 1. Each weight shape of the decoder's step at 1, 4 and 8 rows: the half product against the
@@ -28,7 +28,7 @@ COPIES_BYTES = 64 * 2**20
 @contextmanager
 def without_half_weights() -> Iterator[None]:
     """Products built inside take no half copy (the step as it multiplies other weights)."""
-    from whosaid.recognition import products
+    from whosaid.recognition.kernels import products
 
     original = products.HalfWeights.of
     products.HalfWeights.of = classmethod(lambda cls, weight, bias: None)  # type: ignore[method-assign]
@@ -41,7 +41,7 @@ def without_half_weights() -> Iterator[None]:
 def products_table(step: Any, repeats: int) -> None:
     import torch
 
-    from whosaid.recognition.products import HalfWeights, Product, cpu_products
+    from whosaid.recognition.kernels.products import HalfWeights, Product, cpu_products
 
     shapes = sorted({tuple(product.weight.shape) for product in step_products(step)})
     print("| weight (out x in) | rows | half copy ms | float32 ms (its product) | half / float32 |")
@@ -83,7 +83,7 @@ def decoding(decoder: Any, states: Any, prompt: list[int], tokens: dict[str, Any
 
 
 def step_products(step: Any) -> list[Any]:
-    from whosaid.recognition.products import Product
+    from whosaid.recognition.kernels.products import Product
 
     found = [product for plan in step.plans for product in plan.products()]
     return found + ([step.output] if isinstance(step.output, Product) else [])

@@ -96,3 +96,65 @@ def test_no_init_file_imports_anything() -> None:
         body = ast.parse(path.read_text()).body
         imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
         assert imports == [], f"{path.relative_to(REPO_ROOT)} imports"
+
+
+def test_the_recognizers_kernels_import_nothing_of_the_package_outside_them() -> None:
+    """whosaid.recognition.kernels holds the CPU kernels (the decoder step, its linear products):
+    the decoding logic beside them calls them, never the other way round."""
+    kernels = PACKAGE / "recognition" / "kernels"
+    assert sorted(path.name for path in kernels.glob("*.py")) == ["__init__.py", "decoder_step.py", "products.py"]
+    for path in kernels.rglob("*.py"):
+        outside = [
+            module
+            for module in imported_modules(path)
+            if module.startswith("whosaid.") and not module.startswith("whosaid.recognition.kernels")
+        ]
+        assert outside == [], f"{path.relative_to(REPO_ROOT)} imports {outside}"
+
+
+# The recognizer's window-transcription path: `SpeechRecognizer._transcribe_windows` and its
+# stages (recognizer), the greedy loop and the decoding measures (greedy), the logits rules
+# (logits_rules), word timing (word_timing) and the segment and span types (segments). Every
+# function there reads top to bottom in at most this many lines, docstring included. The CPU
+# kernels (recognition/kernels) are outside it: their step is one unrolled piece of arithmetic.
+RECOGNIZER_PATH = ("recognizer.py", "greedy.py", "logits_rules.py", "word_timing.py", "segments.py")
+MAX_FUNCTION_LINES = 40
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """Lines of each function of a file (methods as Class.name, nested ones as outer.name)."""
+    lengths: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    assert child.end_lineno is not None
+                    lengths[name] = child.end_lineno - child.lineno + 1
+                visit(child, f"{name}.")
+
+    visit(ast.parse(path.read_text()), "")
+    return lengths
+
+
+def test_the_recognizers_window_path_has_no_function_over_40_lines() -> None:
+    lengths = {
+        f"{name}:{function}": length
+        for name in RECOGNIZER_PATH
+        for function, length in function_lengths(PACKAGE / "recognition" / name).items()
+    }
+    assert "recognizer.py:SpeechRecognizer._transcribe_windows" in lengths
+    assert "greedy.py:GreedyWhisperDecoder._decode_rows" in lengths
+    too_long = {function: length for function, length in lengths.items() if length > MAX_FUNCTION_LINES}
+    assert too_long == {}
+
+
+def test_the_recognizer_passes_one_segment_type_from_the_decoder_to_the_spans() -> None:
+    """`DecodedSegment` is the only segment type of the path: no other segment class, and no
+    tuple or dict of times in its place."""
+    for name in RECOGNIZER_PATH:
+        source = (PACKAGE / "recognition" / name).read_text()
+        classes = {node.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)}
+        assert not {cls for cls in classes if "Segment" in cls} - {"DecodedSegment"}, name
+        assert '["start"]' not in source and '["end"]' not in source, name

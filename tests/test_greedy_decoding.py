@@ -25,6 +25,7 @@ from whosaid.recognition.greedy import (
     split_segments,
 )
 from whosaid.recognition.recognizer import BATCHED
+from whosaid.recognition.segments import DecodedSegment
 
 
 def reference_tokens(recognizer, features, **kwargs) -> list[list[int]]:
@@ -84,7 +85,7 @@ def test_one_row_product_is_the_linear_layers_on_any_thread_count(threads, with_
     import torch
     import torch.nn.functional as F
 
-    from whosaid.recognition.products import affine
+    from whosaid.recognition.kernels.products import affine
 
     generator = torch.Generator().manual_seed(threads)
     weight = torch.randn(1001, 64, generator=generator)  # 1001 rows: a remainder for 2, 3 and 16 blocks
@@ -104,7 +105,7 @@ def test_each_cpu_product_is_the_linear_layers(rows, in_blocks, several_rows) ->
     import torch
     import torch.nn.functional as F
 
-    from whosaid.recognition import products as decoder_products
+    from whosaid.recognition.kernels import products as decoder_products
 
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(1001, 64, generator=generator)
@@ -119,7 +120,7 @@ def test_each_cpu_product_is_the_linear_layers(rows, in_blocks, several_rows) ->
 
 
 def test_several_rows_take_the_product_measured_at_the_fewest_rows_that_hold_them() -> None:
-    from whosaid.recognition.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, CpuProducts
+    from whosaid.recognition.kernels.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, CpuProducts
 
     shape = (1001, 64)
     products = CpuProducts(
@@ -136,7 +137,7 @@ def test_several_rows_take_the_product_measured_at_the_fewest_rows_that_hold_the
 
 
 def test_cpu_products_are_measured_once_per_thread_count_and_shape() -> None:
-    from whosaid.recognition.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, cpu_products
+    from whosaid.recognition.kernels.products import LINEAR, ONEDNN, WEIGHT_ON_THE_LEFT, cpu_products
 
     with torch_threads(1):
         one_thread = cpu_products()
@@ -223,13 +224,19 @@ def test_compression_ratio_flags_repetition() -> None:
 def test_segments_are_cut_at_timestamps() -> None:
     begin = 100
     tokens = [begin, 1, 2, begin + 50, begin + 50, 3, begin + 120, begin + 130, 4, 5]
-    assert split_segments(tokens, begin) == [
-        (0.0, 1.0, [1, 2]),
-        (1.0, 2.4, [3]),
-        (2.6, None, [4, 5]),  # no closing timestamp: the window's end
+    assert split_segments(tokens, begin, 0.0, 30.0) == [
+        DecodedSegment((1, 2), 0.0, 1.0),
+        DecodedSegment((3,), 1.0, 2.4),
+        DecodedSegment((4, 5), 2.6, 30.0),  # no closing timestamp: the window's end
     ]
-    assert split_segments([7, 8], begin) == [(None, None, [7, 8])]
-    assert split_segments([begin, begin + 10], begin) == []
+    assert split_segments([7, 8], begin, 0.0, 30.0) == [DecodedSegment((7, 8), 0.0, 30.0)]
+    assert split_segments([begin, begin + 10], begin, 0.0, 30.0) == []
+    # Timed from the window's start on the audio, never past its end.
+    assert split_segments(tokens, begin, 10.0, 12.0) == [
+        DecodedSegment((1, 2), 10.0, 11.0),
+        DecodedSegment((3,), 11.0, 12.0),
+        DecodedSegment((4, 5), 12.0, 12.0),
+    ]
 
 
 # ------------------------------------------------------------------------------ fallback
@@ -295,7 +302,7 @@ def test_half_weights_only_where_half_precision_holds_the_weight_exactly() -> No
     import torch
     import torch.nn.functional as F
 
-    from whosaid.recognition.products import HalfWeights, Product, half_products_available
+    from whosaid.recognition.kernels.products import HalfWeights, Product, half_products_available
 
     assert half_products_available()  # x86 builds of torch carry fbgemm: CI's and the endpoint's
     generator = torch.Generator().manual_seed(3)
@@ -335,7 +342,7 @@ def test_half_products_are_the_same_whatever_the_thread_count_and_the_rows_besid
     multiplied with it (the measured float32 products may: their choice and kernels vary)."""
     import torch
 
-    from whosaid.recognition.products import HalfWeights
+    from whosaid.recognition.kernels.products import HalfWeights
 
     generator = torch.Generator().manual_seed(11)
     weight = (torch.randn(4099, 256, generator=generator) / 16).half().float()

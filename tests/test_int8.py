@@ -84,7 +84,7 @@ def test_int8_self_attention_projections_fuse_exactly(tiny_whisper) -> None:
     import torch
 
     from whosaid.config import ModelSettings
-    from whosaid.recognition.decoder_step import _FusedProjection
+    from whosaid.recognition.kernels.decoder_step import _FusedProjection
     from whosaid.recognition.loading import load_whisper
 
     model, _ = load_whisper(

@@ -20,7 +20,8 @@ from tests.support.tiny_whisper import build_random_whisper
 from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.errors import InferenceError
 from whosaid.recognition.greedy import FallbackOptions, complete_segments
-from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens
+from whosaid.recognition.segments import DecodedSegment
+from whosaid.recognition.word_timing import DecodedWindow
 
 # Slow (decodings run until they fill the model's positions): `make test-fast` leaves them to the full suite.
 pytestmark = pytest.mark.slow
@@ -293,12 +294,12 @@ def test_word_alignment_leaves_out_text_past_the_positions(looping_engine, sampl
     with torch.inference_mode():
         states = recognizer.encode(recognizer.features([sample_audio.samples[:samples]]))
     text = (tokens["hello"],) * 40 + (tokens["world"],) * 40
-    segments = [SegmentTokens(text[:50], 0.0, 4.0), SegmentTokens(text[50:], 4.0, 8.0)]
+    segments = [DecodedSegment(text[:50], 0.0, 4.0), DecodedSegment(text[50:], 4.0, 8.0)]
     window = DecodedWindow(tuple(start), tuple(segments), offset_s=0.0, samples=samples, language="en")
     (timed,) = recognizer.word_timer.window_words(states, [window])
     room = POSITIONS - len(start) - 2
-    assert [segment.tokens for segment, _ in timed] == [text[:50], text[50:room]]
-    words = [word for _, segment_words in timed for word in segment_words]
+    assert [segment.tokens for segment in timed] == [text[:50], text[50:room]]
+    words = [word for segment in timed for word in segment.words]
     assert "".join(word.text for word in words) == " Hello" * 40 + " world" * (room - 40)
     assert all(0.0 <= word.start_s <= word.end_s <= 8.0 for word in words)
 

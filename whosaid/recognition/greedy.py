@@ -10,7 +10,7 @@ speculative drafts) gets the same options as keyword arguments and, greedy, the 
 `WhisperForConditionalGeneration.generate` spends part of each step outside the model (generation
 bookkeeping; its suppress-token processors rebuild a vocabulary mask with torch.isin at every
 step) and keeps stepping every row of a batch until the longest one ends. This loop runs the
-same decoder arithmetic (whosaid.recognition.decoder_step: one hand-written step over the model's
+same decoder arithmetic (whosaid.recognition.kernels.decoder_step: one hand-written step over the model's
 weights) under the same rules, without their per-step costs, so it picks the same tokens as
 greedy `generate` (checked token for token on transformers 4.57 and 5); rows that reach
 end-of-text leave the batch, so the remaining steps get cheaper. It also measures what the
@@ -21,12 +21,13 @@ loops.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from whosaid.config import WHISPER_FRAMES_PER_S
-from whosaid.recognition.decoder_step import WhisperDecoderStep
+from whosaid.recognition.kernels.decoder_step import WhisperDecoderStep
 from whosaid.recognition.logits_rules import DecodingOptions, WhisperLogitsRules
+from whosaid.recognition.segments import DecodedSegment
 
 WHISPER_TIME_PRECISION_S = 1 / WHISPER_FRAMES_PER_S  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
@@ -110,26 +111,43 @@ def complete_segments(
 
 
 def split_segments(
-    tokens: Sequence[int], timestamp_begin: int
-) -> list[tuple[Optional[float], Optional[float], list[int]]]:
-    """Cut a window's tokens at its timestamp tokens: (start_s, end_s, text tokens) relative to
-    the window. A segment whose opening or closing timestamp is missing gets None there."""
-    segments: list[tuple[Optional[float], Optional[float], list[int]]] = []
+    tokens: Sequence[int], timestamp_begin: int, offset_s: float, end_offset_s: float
+) -> list[DecodedSegment]:
+    """Cut a window's tokens at its timestamp tokens into segments timed from `offset_s`, where
+    the window starts: Whisper's timestamps count from there. A missing opening timestamp is the
+    window's start, a missing closing one and any timestamp past `end_offset_s` (in the padding
+    after the window's audio) its end."""
+    segments: list[DecodedSegment] = []
     start_s: Optional[float] = None
     text: list[int] = []
+
+    def close(end_s: Optional[float]) -> None:
+        start = min(offset_s + (start_s or 0.0), end_offset_s)
+        end = end_offset_s if end_s is None else min(offset_s + end_s, end_offset_s)
+        segments.append(DecodedSegment(tuple(text), start, end))
+
     for token in tokens:
         if token < timestamp_begin:
             text.append(token)
             continue
         time_s = (token - timestamp_begin) * WHISPER_TIME_PRECISION_S
         if text:
-            segments.append((start_s, time_s, text))
+            close(time_s)
             text = []
         # A closing timestamp opens the next segment too when Whisper does not repeat it.
         start_s = time_s
     if text:
-        segments.append((start_s, None, text))
+        close(None)
     return segments
+
+
+@dataclass
+class _Row:
+    """A window of the batch while greedy decoding runs."""
+
+    row: int  # its row in the batch decoded
+    no_speech_prob: float
+    tokens: list[int] = field(default_factory=list)  # its tokens after the prompt, so far
 
 
 class GreedyWhisperDecoder:
@@ -251,61 +269,70 @@ class GreedyWhisperDecoder:
     ) -> list[WindowTokens]:
         import torch
 
-        device = prompt_ids.device
-        batch, begin_index = prompt_ids.shape
-        rows = list(range(batch))  # original row of each row still decoding
-        generated: list[list[int]] = [[] for _ in rows]  # each row's tokens after the prompt
-        # Each row's sum of log-probabilities, in the order of `rows` (the rows still decoding).
-        sum_logprobs = torch.zeros(batch, dtype=torch.float32, device=device)
-        results: list[Optional[WindowTokens]] = [None] * batch
         # The prompt step: logits at <|startoftranscript|> (the no-speech probability) and at the end.
-        logits = step.step(prompt_ids, (start_of_transcript, begin_index - 1))
+        logits = step.step(prompt_ids, (start_of_transcript, prompt_ids.shape[1] - 1))
         no_speech = logits[:, 0].float().softmax(-1)[:, self.no_speech_token_id].tolist()
+        rows = [_Row(row, no_speech_prob) for row, no_speech_prob in enumerate(no_speech)]  # those decoding
+        sum_logprobs = torch.zeros(len(rows), dtype=torch.float32, device=prompt_ids.device)  # in `rows`' order
         logits = logits[:, -1]
-        while True:
-            next_tokens, logprobs = rules.next_tokens(generated, logits)
+        results: dict[int, WindowTokens] = {}
+        while rows:
+            next_tokens, logprobs = rules.next_tokens([row.tokens for row in rows], logits)
             sum_logprobs += logprobs
-            for tokens, token in zip(generated, next_tokens.tolist(), strict=True):
-                tokens.append(token)
-
-            count = len(generated[0])
-            full = count >= max_new_tokens
-            check = (
-                is_repeating is not None
-                and count >= self.fallback.repetition_check_from
-                and count % self.fallback.repetition_check_every == 0
-            )
-            keep: list[int] = []
+            for row, token in zip(rows, next_tokens.tolist(), strict=True):
+                row.tokens.append(token)
+            check = self._checks_repetition(len(rows[0].tokens), is_repeating)
             for index, row in enumerate(rows):
-                tokens = generated[index]
-                ended = tokens[-1] == self.eos_token_id
-                gave_up = False
-                if not (ended or full):
-                    gave_up = check and is_repeating(list(tokens))  # type: ignore[misc]
-                    if not gave_up:
-                        keep.append(index)
-                        continue
-                if ended:
-                    tokens = tokens[:-1]
-                results[row] = WindowTokens(
-                    tokens=tuple(tokens),
-                    # openai/whisper divides by the text length plus one (the end-of-text).
-                    avg_logprob=float(sum_logprobs[index]) / (len(tokens) + 1),
-                    no_speech_prob=no_speech[row],
-                    gave_up=gave_up,
-                    reached_limit=not ended and len(tokens) >= room,
-                )
-            if not keep:
-                break
-            if len(keep) < len(rows):
-                kept = torch.tensor(keep, device=device)
+                result = self._finished(row, sum_logprobs[index], max_new_tokens, room, check, is_repeating)
+                if result is not None:
+                    results[row.row] = result
+            keep = [index for index, row in enumerate(rows) if row.row not in results]
+            if keep and len(keep) < len(rows):
+                kept = torch.tensor(keep, device=prompt_ids.device)
                 step.keep(kept)
-                next_tokens = next_tokens[kept]
-                sum_logprobs = sum_logprobs[kept]
-                rows = [rows[index] for index in keep]
-                generated = [generated[index] for index in keep]
-            logits = step.step(next_tokens[:, None])[:, -1]
-        return [result for result in results if result is not None]
+                next_tokens, sum_logprobs = next_tokens[kept], sum_logprobs[kept]
+            rows = [rows[index] for index in keep]
+            if rows:
+                logits = step.step(next_tokens[:, None])[:, -1]
+        return [results[row] for row in sorted(results)]
+
+    def _checks_repetition(self, count: int, is_repeating: Optional[Callable[[list[int]], bool]]) -> bool:
+        """Whether rows of `count` tokens are asked `is_repeating` at this step."""
+        return (
+            is_repeating is not None
+            and count >= self.fallback.repetition_check_from
+            and count % self.fallback.repetition_check_every == 0
+        )
+
+    def _finished(
+        self,
+        row: _Row,
+        sum_logprob: Any,
+        max_new_tokens: int,
+        room: int,
+        check: bool,
+        is_repeating: Optional[Callable[[list[int]], bool]],
+    ) -> Optional[WindowTokens]:
+        """What `row` decoded (`sum_logprob`: its sum of log-probabilities, a tensor's element),
+        once it has ended (end-of-text, `max_new_tokens`, or a loop that
+        `is_repeating` flags on a `check` step); None while it goes on."""
+        tokens = row.tokens
+        ended = tokens[-1] == self.eos_token_id
+        gave_up = False
+        if not (ended or len(tokens) >= max_new_tokens):
+            gave_up = check and is_repeating(list(tokens))  # type: ignore[misc]
+            if not gave_up:
+                return None
+        if ended:
+            tokens = tokens[:-1]
+        return WindowTokens(
+            tokens=tuple(tokens),
+            # openai/whisper divides by the text length plus one (the end-of-text).
+            avg_logprob=float(sum_logprob) / (len(tokens) + 1),
+            no_speech_prob=row.no_speech_prob,
+            gave_up=gave_up,
+            reached_limit=not ended and len(tokens) >= room,
+        )
 
     def score(
         self,

@@ -136,7 +136,7 @@ def prepack_encoder_linears(model: Any) -> None:
     checkpoints), else a copy packed for oneDNN, whose GEMM beats the default path at the 1500
     frames a window multiplies by every weight. Outputs differ by float rounding only. Measured:
     benchmarks/README.md, "Numbers behind the code's choices"."""
-    from whosaid.recognition.products import half_products_available, onednn_available
+    from whosaid.recognition.kernels.products import half_products_available, onednn_available
 
     if not (half_products_available() or onednn_available()):
         logger.info("neither half-precision nor oneDNN products here; the encoder runs unpacked")
@@ -148,7 +148,7 @@ def prepack_encoder_linears(model: Any) -> None:
 def _packed_linear_class() -> type:
     import torch
 
-    from whosaid.recognition.products import HalfWeights, onednn_available, onednn_linear, pack_for_onednn
+    from whosaid.recognition.kernels.products import HalfWeights, onednn_available, onednn_linear, pack_for_onednn
 
     # The frames of one 30 s window (1500), the rows the encoder multiplies at a time on CPU.
     window_frames = int(WHISPER_WINDOW_S * WHISPER_FRAMES_PER_S)

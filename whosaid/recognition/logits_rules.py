@@ -153,20 +153,7 @@ class WhisperLogitsRules:
         if at_begin and self.begin_suppress is not None:
             scores[:, self.begin_suppress[self.begin_suppress < scores.shape[-1]]] = minus_infinity
         for row, tokens in enumerate(generated):
-            # Timestamps come in pairs, except just before end-of-text.
-            last_was_timestamp = len(tokens) >= 1 and tokens[-1] >= tb
-            penultimate_was_timestamp = len(tokens) < 2 or tokens[-2] >= tb
-            if last_was_timestamp:
-                if penultimate_was_timestamp:
-                    scores[row, tb:] = minus_infinity
-                else:
-                    scores[row, : self.eos_token_id] = minus_infinity
-            last_timestamp = next((token for token in reversed(tokens) if token >= tb), None)
-            if last_timestamp is not None:
-                # Timestamps never decrease; a closed pair's time is not given again.
-                if not (last_was_timestamp and not penultimate_was_timestamp):
-                    last_timestamp += 1
-                scores[row, tb:last_timestamp] = minus_infinity
+            self._order_timestamps(scores[row], tokens)
         if at_begin:
             scores[:, :tb] = minus_infinity
             if self.max_initial_timestamp_index is not None:
@@ -181,6 +168,24 @@ class WhisperLogitsRules:
             return scores, logprobs, None, timestamp_logprob
         scores[:, :tb].masked_fill_(forced[:, None], minus_infinity)
         return scores, logprobs, forced, timestamp_logprob
+
+    def _order_timestamps(self, scores: Any, tokens: Sequence[int]) -> None:
+        """One row's `scores` after `tokens`: timestamps come in pairs, except just before
+        end-of-text, and never decrease; a closed pair's time is not given again."""
+        tb = self.timestamp_begin
+        minus_infinity = -float("inf")
+        last_was_timestamp = len(tokens) >= 1 and tokens[-1] >= tb
+        penultimate_was_timestamp = len(tokens) < 2 or tokens[-2] >= tb
+        if last_was_timestamp:
+            if penultimate_was_timestamp:
+                scores[tb:] = minus_infinity
+            else:
+                scores[: self.eos_token_id] = minus_infinity
+        last_timestamp = next((token for token in reversed(tokens) if token >= tb), None)
+        if last_timestamp is not None:
+            if not (last_was_timestamp and not penultimate_was_timestamp):
+                last_timestamp += 1
+            scores[tb:last_timestamp] = minus_infinity
 
     def _always_suppressed(self, vocabulary: int, device: Any) -> Any:
         """The tokens never decoded (the suppressed ones and <|notimestamps|>) inside a

@@ -3,11 +3,18 @@ finds, decoded in batches (greedy, the lean loop of whosaid.recognition.greedy) 
 speculative decoding (assisted). Both paths fall back to beam search where Whisper's own quality
 checks fail, so they give the same transcript; the assistant only changes how fast. Both read
 the request's DecodingOptions the same way: prompt and hotwords as previous text, the language
-once or per window, and word timestamps (whosaid.recognition.word_timing) for the windows decoded."""
+once or per window, and word timestamps (whosaid.recognition.word_timing) for the windows decoded.
+
+A batch of windows goes through named stages (`SpeechRecognizer._transcribe_windows` reads them top
+to bottom), each a function over one `WindowDecoding` per window: detect language, decode, retry
+with beams, cut loops, split segments, time words, to audio times, to spans. A segment has one
+shape from the decoder to the spans: whosaid.recognition.segments.DecodedSegment."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -26,6 +33,7 @@ from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     FallbackOptions,
     GreedyWhisperDecoder,
+    WindowTokens,
     complete_segments,
     is_repetitive,
     is_silence,
@@ -35,8 +43,8 @@ from whosaid.recognition.greedy import (
 from whosaid.recognition.loading import load_assistant, load_whisper
 from whosaid.recognition.logits_rules import DecodingOptions
 from whosaid.recognition.protocol import ASSISTED, BATCHED, AsrOutput
-from whosaid.recognition.segments import Span, clean_chunks
-from whosaid.recognition.word_timing import DecodedWindow, SegmentTokens, WordTimer
+from whosaid.recognition.segments import DecodedSegment, Span, clean_chunks
+from whosaid.recognition.word_timing import DecodedWindow, WordTimer
 from whosaid.results import Word
 from whosaid.runtime.cancellation import StopSignal
 from whosaid.runtime.device import ModelRuntime
@@ -148,15 +156,9 @@ class SpeechRecognizer:
         for number, batch in enumerate(window_batches(windows, batch_size, first_alone=first_alone)):
             if should_stop is not None:
                 should_stop.check()
-            if number:
-                # What the last batch freed, back to the OS before this one peaks on top of it.
-                release_memory_between_stages(audio.duration_s)
-            previous = self.previous_tokens(options, first_window=number == 0)
-            # The whole request fails: say where, so that the audio can be checked or cut there.
-            with as_core_errors("speech recognition", where=f" in {_span_name(batch)}"):
-                window_spans, language, batch_warnings = self._transcribe_windows(
-                    audio, batch, language, options, previous, assistant=self.assistant if assisted else None
-                )
+            window_spans, language, batch_warnings = self._transcribe_batch(
+                audio, batch, number, language, options, assistant=self.assistant if assisted else None
+            )
             warnings += batch_warnings
             for one_window_spans in window_spans:
                 spans += one_window_spans
@@ -168,6 +170,25 @@ class SpeechRecognizer:
             decoding=ASSISTED if assisted else BATCHED,
             warnings=tuple(warnings),
         )
+
+    def _transcribe_batch(
+        self,
+        audio: Audio,
+        windows: Sequence[SpeechWindow],
+        number: int,
+        language: Optional[str],
+        options: DecodingOptions,
+        *,
+        assistant: Any,
+    ) -> tuple[list[list[Span]], Optional[str], list[str]]:
+        """The `number`th batch of windows (`_transcribe_windows`), the prompt on the first only."""
+        if number:
+            # What the last batch freed, back to the OS before this one peaks on top of it.
+            release_memory_between_stages(audio.duration_s)
+        previous = self.previous_tokens(options, first_window=number == 0)
+        # The whole request fails: say where, so that the audio can be checked or cut there.
+        with as_core_errors("speech recognition", where=f" in {_span_name(windows)}"):
+            return self._transcribe_windows(audio, windows, language, options, previous, assistant=assistant)
 
     def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
         if not multilingual:
@@ -264,111 +285,146 @@ class SpeechRecognizer:
         *,
         assistant: Any = None,
     ) -> tuple[list[list[Span]], Optional[str], list[str]]:
-        """Greedy tokens for each window (the lean batched loop, or speculative decoding with
-        `assistant`), conditioned on `previous` text tokens, beam search where Whisper's checks
-        fail, silence dropped, words timed when `options` asks. Returns each window's spans on the
-        audio's time line (none for a silent window), the language (detected on the first window
-        when unknown and kept, unless `options.multilingual` detects each window's own) and a
-        warning for each window still looping after beam search, whose text is cut at its last
-        good segment."""
+        """A batch of windows through the recognizer's stages, in order: encode, detect the
+        language, decode (the lean batched loop, or speculative decoding with `assistant`),
+        conditioned on `previous` text tokens; retry with beams where Whisper's checks fail; drop
+        silence; cut loops; split into segments; time words when `options` asks; map joined
+        windows back to the audio; make the spans. Returns each window's spans on the audio's time
+        line (none for a silent window), the language (detected on the first window when unknown
+        and kept, unless `options.multilingual` detects each window's own) and a warning for each
+        window still looping after beam search, whose text is cut at its last good segment."""
         import torch
 
-        task = options.task
         features = self.features([window.samples(audio.reader) for window in windows])
         with torch.inference_mode():
-            encoder_states = self.encode(features)
-            if options.multilingual:
-                languages: list[Optional[str]] = list(self._detect_languages(encoder_states))
-                language = language or languages[0]
-            else:
-                if self.is_multilingual and language is None:
-                    language = self._detect_languages(encoder_states[:1])[0]
-                languages = [language] * len(windows)
-            results: list[Any] = [None] * len(windows)
-            for rows, prompt in self._prompt_groups(languages, task, previous):
-                if assistant is None:
-                    decoded = self.decoder.decode(
-                        encoder_states[rows], prompt, options, is_repeating=self._is_repeating
-                    )
-                else:
-                    drafts = self.generate_tokens(
-                        features[rows],
-                        encoder_states[rows],
-                        languages[rows[0]],
-                        task,
-                        previous,
-                        options=options,
-                        assistant_model=assistant,
-                    )
-                    decoded = [
-                        self.decoder.score(encoder_states[row : row + 1], prompt, row_tokens, options)
-                        for row, row_tokens in zip(rows, drafts, strict=True)
-                    ]
-                for row, result in zip(rows, decoded, strict=True):
-                    results[row] = result
-            tokens = [list(result.tokens) for result in results]
-            retry = [
-                index
-                for index, result in enumerate(results)
-                if not is_silence(result, self.fallback)
-                and needs_fallback(result, self.text(result.tokens), self.fallback)
-            ]
-            # One window per beam search: it holds num_beams rows of keys and values per window
-            # (benchmarks/README.md, "Numbers behind the code's choices"), and few windows fall back.
-            for index in retry:
-                (tokens[index],) = self.generate_tokens(
-                    features[index : index + 1],
-                    encoder_states[index : index + 1],
-                    languages[index],
-                    task,
-                    previous,
-                    options=options,
-                    num_beams=self.fallback.num_beams,
-                )
-            speech = [index for index, result in enumerate(results) if not is_silence(result, self.fallback)]
-            warnings = []
-            for index in speech:
-                prompt = self.decoder.prompt(languages[index], task, previous)
-                if len(tokens[index]) >= self.decoder.positions_room(prompt):
-                    tokens[index] = complete_segments(tokens[index], self.decoder.timestamp_begin, self._is_repeating)
-                    warnings.append(self._loop_warning(windows[index], tokens[index]))
-            segments = {index: self.segments(windows[index], tokens[index]) for index in speech}
-            words: dict[int, list[tuple[SegmentTokens, tuple[Word, ...]]]] = {
-                index: [(segment, ()) for segment in segments[index]] for index in speech
-            }
+            batch = EncodedBatch(features, self.encode(features), options, previous)
+            languages, language = self._detect_languages_of(batch, language, len(windows))
+            decoded = self._decode(batch, windows, languages, assistant)
+            decoded = [self._retry_with_beams(batch, window) for window in decoded]
+            speech = [window for window in decoded if not is_silence(window.greedy, self.fallback)]
+            speech = [self._cut_loop(batch, window) for window in speech]
+            speech = [self._split_segments(window) for window in speech]
             if options.word_timestamps and speech:
-                timed = self.word_timer.window_words(
-                    encoder_states[speech],
-                    [
-                        DecodedWindow(
-                            # Aligned without the previous text, as openai/whisper does.
-                            start_sequence=tuple(self.decoder.prompt(languages[index], task)),
-                            segments=tuple(segments[index]),
-                            offset_s=windows[index].offset_s,
-                            samples=len(windows[index].samples(audio.reader)),
-                            language=languages[index],
-                        )
-                        for index in speech
-                    ],
+                speech = self._time_words(batch, audio, speech)
+            speech = [_to_audio_times(window) for window in speech]
+        warnings = [window.warning for window in speech if window.warning is not None]
+        return self._to_spans(len(windows), speech), language, warnings
+
+    def _detect_languages_of(
+        self, batch: EncodedBatch, language: Optional[str], count: int
+    ) -> tuple[list[Optional[str]], Optional[str]]:
+        """Stage 'detect language': each window's language, and the request's. With
+        `multilingual`, each window's own (the request's is the one given, else the first's);
+        else the one given, or the first window's for a multilingual model, on every window."""
+        if batch.options.multilingual:
+            languages: list[Optional[str]] = list(self._detect_languages(batch.encoder_states))
+            return languages, language or languages[0]
+        if self.is_multilingual and language is None:
+            language = self._detect_languages(batch.encoder_states[:1])[0]
+        return [language] * count, language
+
+    def _decode(
+        self,
+        batch: EncodedBatch,
+        windows: Sequence[SpeechWindow],
+        languages: Sequence[Optional[str]],
+        assistant: Any,
+    ) -> list[WindowDecoding]:
+        """Stage 'decode': greedy tokens of each window, the windows that share a prompt (one
+        language) decoded together; with `assistant`, speculative drafts scored by the lean loop's
+        rules, so that the fallback reads the same measures."""
+        options, states = batch.options, batch.encoder_states
+        results: list[Any] = [None] * len(windows)
+        for rows, prompt in self._prompt_groups(languages, options.task, batch.previous):
+            if assistant is None:
+                decoded = self.decoder.decode(states[rows], prompt, options, is_repeating=self._is_repeating)
+            else:
+                drafts = self.generate_tokens(
+                    batch.features[rows],
+                    states[rows],
+                    languages[rows[0]],
+                    options.task,
+                    batch.previous,
+                    options=options,
+                    assistant_model=assistant,
                 )
-                words.update(zip(speech, timed, strict=True))
-            for index in speech:
-                if windows[index].joined:
-                    words[index] = _to_audio_times(windows[index], words[index])
-        spans: list[list[Span]] = [
-            [
-                Span(
-                    segment.start_s,
-                    segment.end_s,
-                    self.text(segment.tokens),
-                    segment_words,
-                    languages[index] or self._default_language(),
-                )
-                for segment, segment_words in words.get(index, ())
-            ]
-            for index in range(len(windows))
+                decoded = [
+                    self.decoder.score(states[row : row + 1], prompt, row_tokens, options)
+                    for row, row_tokens in zip(rows, drafts, strict=True)
+                ]
+            for row, result in zip(rows, decoded, strict=True):
+                results[row] = result
+        return [
+            WindowDecoding(row, window, language, result, result.tokens)
+            for row, (window, language, result) in enumerate(zip(windows, languages, results, strict=True))
         ]
-        return spans, language, warnings
+
+    def _retry_with_beams(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
+        """Stage 'retry with beams': a window whose greedy tokens fail Whisper's checks (and is
+        not silence) decoded again with beam search. One window per beam search: it holds
+        num_beams rows of keys and values per window (benchmarks/README.md, "Numbers behind the
+        code's choices"), and few windows fall back."""
+        greedy = window.greedy
+        if is_silence(greedy, self.fallback) or not needs_fallback(greedy, self.text(greedy.tokens), self.fallback):
+            return window
+        row = window.row
+        (tokens,) = self.generate_tokens(
+            batch.features[row : row + 1],
+            batch.encoder_states[row : row + 1],
+            window.language,
+            batch.options.task,
+            batch.previous,
+            options=batch.options,
+            num_beams=self.fallback.num_beams,
+        )
+        return dataclasses.replace(window, tokens=tuple(tokens))
+
+    def _cut_loop(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
+        """Stage 'cut loops': a window whose tokens still fill the room the model's positions
+        leave (a loop, beam search included) is cut after its last good segment, with a warning."""
+        prompt = self.decoder.prompt(window.language, batch.options.task, batch.previous)
+        if len(window.tokens) < self.decoder.positions_room(prompt):
+            return window
+        kept = complete_segments(window.tokens, self.decoder.timestamp_begin, self._is_repeating)
+        return dataclasses.replace(window, tokens=tuple(kept), warning=self._loop_warning(window.window, kept))
+
+    def _split_segments(self, window: WindowDecoding) -> WindowDecoding:
+        """Stage 'segments': the window's tokens cut at their timestamps (`segments`)."""
+        return dataclasses.replace(window, segments=tuple(self.segments(window.window, window.tokens)))
+
+    def _time_words(self, batch: EncodedBatch, audio: Audio, speech: Sequence[WindowDecoding]) -> list[WindowDecoding]:
+        """Stage 'time words': every segment of the windows with speech gets its words (one
+        alignment pass for them all), its times moved to its words' as openai/whisper does."""
+        timed = self.word_timer.window_words(
+            batch.encoder_states[[window.row for window in speech]],
+            [
+                DecodedWindow(
+                    # Aligned without the previous text, as openai/whisper does.
+                    start_sequence=tuple(self.decoder.prompt(window.language, batch.options.task)),
+                    segments=window.segments,
+                    offset_s=window.window.offset_s,
+                    samples=len(window.window.samples(audio.reader)),
+                    language=window.language,
+                )
+                for window in speech
+            ],
+        )
+        return [
+            dataclasses.replace(window, segments=tuple(segments))
+            for window, segments in zip(speech, timed, strict=True)
+        ]
+
+    def _to_spans(self, count: int, speech: Sequence[WindowDecoding]) -> list[list[Span]]:
+        """Stage 'to spans': each window's segments as spans, in window order (none for a window
+        that was silence)."""
+        spans: list[list[Span]] = [[] for _ in range(count)]
+        for window in speech:
+            language = window.language or self._default_language()
+            spans[window.row] = [
+                Span(segment.start_s, segment.end_s, self.text(segment.tokens), segment.words, language)
+                for segment in window.segments
+            ]
+        return spans
 
     def _loop_warning(self, window: SpeechWindow, kept: Sequence[int]) -> str:
         """What the response says about a window whose decoding looped to the end of Whisper's
@@ -429,14 +485,15 @@ class SpeechRecognizer:
             **self._generate_kwargs(language, task),
             **{**options.generate_kwargs(), **kwargs},
         )
+        return [self._generated(sequence, prompt) for sequence in output.sequences.tolist()]
+
+    def _generated(self, sequence: list[int], prompt: Sequence[int]) -> list[int]:
+        """What `generate` decoded after `prompt`, without end-of-text and what follows it."""
+        if sequence[: len(prompt)] != prompt:
+            raise InferenceError(f"generate did not start from the prompt {prompt}: {sequence[: len(prompt)]}")
         eos = self.decoder.eos_token_id
-        tokens = []
-        for sequence in output.sequences.tolist():
-            if sequence[: len(prompt)] != prompt:
-                raise InferenceError(f"generate did not start from the prompt {prompt}: {sequence[: len(prompt)]}")
-            generated = sequence[len(prompt) :]
-            tokens.append(generated[: generated.index(eos)] if eos in generated else generated)
-        return tokens
+        generated = sequence[len(prompt) :]
+        return generated[: generated.index(eos)] if eos in generated else generated
 
     def text(self, tokens: Sequence[int]) -> str:
         """The text of decoded tokens, timestamps and special tokens left out."""
@@ -447,34 +504,55 @@ class SpeechRecognizer:
     def _is_repeating(self, tokens: list[int]) -> bool:
         return is_repetitive(self.text(tokens), self.fallback)
 
-    def segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[SegmentTokens]:
+    def segments(self, window: SpeechWindow, tokens: Sequence[int]) -> list[DecodedSegment]:
         """A window's segments, on the audio's time line for a contiguous window, on its own for
         a joined one (mapped back once its words are timed). Whisper's timestamps count from the
         window's start; a timestamp in the padding after the window's audio means its end."""
-        segments = []
-        end_offset_s = window.end_offset_s
-        for start_s, end_s, text_tokens in split_segments(tokens, self.decoder.timestamp_begin):
-            start = min(window.offset_s + (start_s or 0.0), end_offset_s)
-            end = end_offset_s if end_s is None else min(window.offset_s + end_s, end_offset_s)
-            segments.append(SegmentTokens(tuple(text_tokens), start, end))
-        return segments
+        return split_segments(tokens, self.decoder.timestamp_begin, window.offset_s, window.end_offset_s)
 
 
-def _to_audio_times(
-    window: SpeechWindow, segments: Sequence[tuple[SegmentTokens, tuple[Word, ...]]]
-) -> list[tuple[SegmentTokens, tuple[Word, ...]]]:
-    """A joined window's segments and words moved from its own times to the audio's."""
-    moved = []
-    for segment, words in segments:
-        start_s = window.to_audio_s(segment.start_s, is_end=False)
-        end_s = max(window.to_audio_s(segment.end_s, is_end=True), start_s)
-        moved_words = []
-        for word in words:
-            word_start_s = window.to_audio_s(word.start_s, is_end=False)
-            word_end_s = max(window.to_audio_s(word.end_s, is_end=True), word_start_s)
-            moved_words.append(Word(word.text, round(word_start_s, 3), round(word_end_s, 3), word.probability))
-        moved.append((SegmentTokens(segment.tokens, round(start_s, 3), round(end_s, 3)), tuple(moved_words)))
-    return moved
+@dataclass(frozen=True)
+class EncodedBatch:
+    """A batch of windows as the stages read it."""
+
+    features: Any  # log-mel features, (windows, mel bins, frames)
+    encoder_states: Any  # the encoder's output, (windows, frames, width)
+    options: DecodingOptions
+    previous: Sequence[int]  # the text tokens every window is conditioned on
+
+
+@dataclass(frozen=True)
+class WindowDecoding:
+    """One window of a batch as it goes through the stages, each stage a copy with its part
+    filled in."""
+
+    row: int  # its row in the batch: of the features, the encoder states and the spans returned
+    window: SpeechWindow
+    language: Optional[str]
+    greedy: WindowTokens  # the first decoding's measures: they decide beam search and silence
+    tokens: tuple[int, ...]  # its tokens: the first decoding's, beam search's, or cut after a loop
+    segments: tuple[DecodedSegment, ...] = ()
+    warning: Optional[str] = None  # what the response says about a loop that was cut
+
+
+def _to_audio_times(decoding: WindowDecoding) -> WindowDecoding:
+    """Stage 'to audio times': a joined window's segments and words moved from its own times to
+    the audio's (a contiguous window's are already the audio's)."""
+    window = decoding.window
+    if not window.joined:
+        return decoding
+    return dataclasses.replace(decoding, segments=tuple(_segment_to_audio_times(window, s) for s in decoding.segments))
+
+
+def _segment_to_audio_times(window: SpeechWindow, segment: DecodedSegment) -> DecodedSegment:
+    start_s = window.to_audio_s(segment.start_s, is_end=False)
+    end_s = max(window.to_audio_s(segment.end_s, is_end=True), start_s)
+    words = []
+    for word in segment.words:
+        word_start_s = window.to_audio_s(word.start_s, is_end=False)
+        word_end_s = max(window.to_audio_s(word.end_s, is_end=True), word_start_s)
+        words.append(Word(word.text, round(word_start_s, 3), round(word_end_s, 3), word.probability))
+    return DecodedSegment(segment.tokens, round(start_s, 3), round(end_s, 3), tuple(words))
 
 
 def window_batches(

@@ -1,4 +1,5 @@
-"""Decoded pieces of transcript (spans) made into the transcript's chunks."""
+"""The segment type of the recognizer's stages (`DecodedSegment`, from the decoder's tokens to
+the spans), the spans it returns, and the spans made into the transcript's chunks."""
 
 from __future__ import annotations
 
@@ -6,6 +7,19 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from whosaid.results import Chunk, Word
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSegment:
+    """One Whisper segment as the recognizer's stages pass it on: cut from a window's tokens at
+    their timestamps, timed on the window's time line (the audio's, but for a joined window until
+    its times are mapped back), then given its words. The one shape a segment has from the decoder
+    to the spans."""
+
+    tokens: tuple[int, ...]  # its text tokens
+    start_s: float
+    end_s: float
+    words: tuple[Word, ...] = ()  # empty unless words were timed
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,17 @@ words at sentence and segment boundaries.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import string
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from whosaid.config import WHISPER_FRAMES_PER_S, WHISPER_SAMPLE_RATE_HZ
+from whosaid.recognition.segments import DecodedSegment
 from whosaid.results import Word
 
 logger = logging.getLogger(__name__)
@@ -46,22 +48,12 @@ class _Timing:
 
 
 @dataclass(frozen=True)
-class SegmentTokens:
-    """One Whisper segment of a window: its text tokens and its timestamps (on the audio's
-    time line; None where Whisper gave none)."""
-
-    tokens: tuple[int, ...]
-    start_s: float
-    end_s: float
-
-
-@dataclass(frozen=True)
 class DecodedWindow:
     """One decoded window, as word timing reads it."""
 
     #: <|startoftranscript|> <|lang|> <|task|>: what its text is aligned after.
     start_sequence: tuple[int, ...]
-    segments: tuple[SegmentTokens, ...]
+    segments: tuple[DecodedSegment, ...]
     offset_s: float  # where the window's own time line starts on the audio's
     samples: int  # how many samples of audio it holds
     language: Optional[str]
@@ -136,12 +128,10 @@ class WordTimer:
         self.no_timestamps_token_id = int(generation_config.no_timestamps_token_id)
         self.max_target_positions = int(config.max_target_positions)
 
-    def window_words(
-        self, encoder_states: Any, windows: Sequence[DecodedWindow]
-    ) -> list[list[tuple[SegmentTokens, tuple[Word, ...]]]]:
-        """Words of each window's segments, on the audio's time line; row r of `encoder_states`
-        is `windows[r]`. Returns, per window, each segment with its (start, end) moved to its
-        words' as openai/whisper does, and its words.
+    def window_words(self, encoder_states: Any, windows: Sequence[DecodedWindow]) -> list[list[DecodedSegment]]:
+        """Words of each window's segments, on the window's time line; row r of `encoder_states`
+        is `windows[r]`. Returns, per window, each segment with its words, its (start, end) moved
+        to its words' as openai/whisper does.
 
         The alignment pass reads each window's text in the model's positions after its start
         sequence: text that would not fit (never what the recognizer gives, its decoding leaves
@@ -163,16 +153,16 @@ class WordTimer:
             for window, alignment in zip(windows, alignments, strict=True)
         ]
 
-    def _fit(self, segments: Sequence[SegmentTokens], room: int) -> list[SegmentTokens]:
+    def _fit(self, segments: Sequence[DecodedSegment], room: int) -> list[DecodedSegment]:
         """`segments` cut after their first `room` text tokens (the <|notimestamps|> and
         <|endoftext|> around them are already counted out of the room)."""
-        fitted: list[SegmentTokens] = []
+        fitted: list[DecodedSegment] = []
         for segment in segments:
             text_tokens = [token for token in segment.tokens if token < self.eot_token_id]
             if len(text_tokens) > room:
                 logger.warning("word alignment: text past %d decoder positions left out", self.max_target_positions)
                 if room > 0:
-                    fitted.append(SegmentTokens(tuple(text_tokens[:room]), segment.start_s, segment.end_s))
+                    fitted.append(dataclasses.replace(segment, tokens=tuple(text_tokens[:room])))
                 return fitted
             room -= len(text_tokens)
             fitted.append(segment)
@@ -189,64 +179,64 @@ class WordTimer:
         results: list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [None] * len(token_lists)
         if not rows:
             return results
+        states = encoder_states[rows]
+        ids = self._alignment_ids([windows[row] for row in rows], [token_lists[row] for row in rows], states.device)
+        decoder = self.model.get_decoder()
+        with torch.inference_mode(), _cross_attention_inputs(decoder, self.alignment_heads) as queries:
+            hidden = decoder(input_ids=ids, encoder_hidden_states=states, use_cache=False).last_hidden_state
+            frames = max(self._frames(windows[row].samples, states.shape[1]) for row in rows)
+            attention_logits = self._attention_logits(decoder, queries, states[:, :frames])
+            for position, row in enumerate(rows):
+                # A window's own text positions only: the vocabulary's logits for a whole
+                # batch of long windows are hundreds of MB.
+                start_length = len(windows[row].start_sequence)
+                text = hidden[position, start_length : start_length + len(token_lists[row])]
+                results[row] = self._dtw_row(
+                    attention_logits[position],
+                    self.model.proj_out(text).float(),
+                    start_length,
+                    token_lists[row],
+                    windows[row].samples,
+                )
+        return results
+
+    def _alignment_ids(self, windows: Sequence[DecodedWindow], token_lists: Sequence[list[int]], device: Any) -> Any:
+        """The alignment pass's input of each window: its start sequence, <|notimestamps|>, its
+        text tokens, <|endoftext|>; padded on the right with <|endoftext|> (the decoder is
+        causal, so the padding changes no real position)."""
+        import torch
+
         sequences = [
-            [*windows[row].start_sequence, self.no_timestamps_token_id, *token_lists[row], self.eot_token_id]
-            for row in rows
+            [*window.start_sequence, self.no_timestamps_token_id, *tokens, self.eot_token_id]
+            for window, tokens in zip(windows, token_lists, strict=True)
         ]
         length = max(len(sequence) for sequence in sequences)
-        device = encoder_states.device
-        # Padding on the right: the decoder is causal, so it changes no real position.
-        ids = torch.tensor(
+        return torch.tensor(
             [sequence + [self.eot_token_id] * (length - len(sequence)) for sequence in sequences],
             dtype=torch.long,
             device=device,
         )
-        states = encoder_states[rows]
-        decoder = self.model.get_decoder()
-        layers = sorted({layer for layer, _ in self.alignment_heads})
-        queries: dict[int, Any] = {}
-        hooks = [
-            decoder.layers[layer].encoder_attn_layer_norm.register_forward_hook(
-                lambda module, inputs, output, layer=layer: queries.__setitem__(layer, output)
+
+    def _attention_logits(self, decoder: Any, queries: dict[int, Any], states: Any) -> Any:
+        """Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames), from
+        each layer's `queries` (its cross-attention's input) over `states`, the frames that hold
+        audio (keys are per frame: cutting first is exact)."""
+        import torch
+
+        projected = {}
+        for layer in sorted(queries):
+            attention = decoder.layers[layer].encoder_attn
+            projected[layer] = (
+                attention.q_proj(queries[layer]).float() * attention.scaling,
+                attention.k_proj(states).float(),
             )
-            for layer in layers
-        ]
-        try:
-            with torch.inference_mode():
-                hidden = decoder(input_ids=ids, encoder_hidden_states=states, use_cache=False).last_hidden_state
-                # Pre-softmax cross-attention of the alignment heads, (batch, heads, tokens, frames),
-                # over the frames that hold audio (keys are per frame: cutting first is exact).
-                frames = max(self._frames(windows[row].samples, states.shape[1]) for row in rows)
-                projected = {}
-                for layer in layers:
-                    attention = decoder.layers[layer].encoder_attn
-                    projected[layer] = (
-                        attention.q_proj(queries[layer]).float() * attention.scaling,
-                        attention.k_proj(states[:, :frames]).float(),
-                    )
-                scores = []
-                for layer, head in self.alignment_heads:
-                    head_dim = decoder.layers[layer].encoder_attn.head_dim
-                    columns = slice(head * head_dim, (head + 1) * head_dim)
-                    query, key = projected[layer]
-                    scores.append(query[..., columns] @ key[..., columns].transpose(-1, -2))
-                attention_logits = torch.stack(scores, dim=1)
-                for position, row in enumerate(rows):
-                    # A window's own text positions only: the vocabulary's logits for a whole
-                    # batch of long windows are hundreds of MB.
-                    start_length = len(windows[row].start_sequence)
-                    text = hidden[position, start_length : start_length + len(token_lists[row])]
-                    results[row] = self._dtw_row(
-                        attention_logits[position],
-                        self.model.proj_out(text).float(),
-                        start_length,
-                        token_lists[row],
-                        windows[row].samples,
-                    )
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return results
+        scores = []
+        for layer, head in self.alignment_heads:
+            head_dim = decoder.layers[layer].encoder_attn.head_dim
+            columns = slice(head * head_dim, (head + 1) * head_dim)
+            query, key = projected[layer]
+            scores.append(query[..., columns] @ key[..., columns].transpose(-1, -2))
+        return torch.stack(scores, dim=1)
 
     @staticmethod
     def _frames(samples: int, available: int) -> int:
@@ -329,82 +319,112 @@ class WordTimer:
 
     def _segment_words(
         self,
-        segments: Sequence[SegmentTokens],
+        segments: Sequence[DecodedSegment],
         alignment: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]],
         offset_s: float,
         language: Optional[str],
-    ) -> list[tuple[SegmentTokens, tuple[Word, ...]]]:
+    ) -> list[DecodedSegment]:
         """openai/whisper's add_word_timestamps for one window."""
         segment_tokens = [[token for token in segment.tokens if token < self.eot_token_id] for segment in segments]
         all_tokens = [token for tokens in segment_tokens for token in tokens]
         timings = self._words(all_tokens, alignment, language) if alignment is not None else []
-        durations = np.array([timing.end_s - timing.start_s for timing in timings])
-        durations = durations[durations.nonzero()]
-        median_s = min(0.7, float(np.median(durations))) if len(durations) else 0.0
-        max_s = median_s * 2
-        if len(durations):
-            # Words at sentence boundaries are no longer than twice the median word.
-            for index in range(1, len(timings)):
-                if timings[index].end_s - timings[index].start_s > max_s:
-                    if timings[index].text in SENTENCE_END_MARKS:
-                        timings[index].end_s = timings[index].start_s + max_s
-                    elif timings[index - 1].text in SENTENCE_END_MARKS:
-                        timings[index].start_s = timings[index].end_s - max_s
+        median_s, max_s = _shorten_long_words(timings)
         _merge_punctuations(timings)
-
-        results: list[tuple[SegmentTokens, tuple[Word, ...]]] = []
+        results: list[DecodedSegment] = []
         last_speech_s = offset_s
         index = 0
         for segment, tokens in zip(segments, segment_tokens, strict=True):
-            saved = 0
-            words: list[dict[str, Any]] = []
-            while index < len(timings) and saved < len(tokens):
-                timing = timings[index]
-                if timing.text:
-                    words.append(
-                        {
-                            "text": timing.text,
-                            "start": round(offset_s + timing.start_s, 2),
-                            "end": round(offset_s + timing.end_s, 2),
-                            "probability": timing.probability,
-                        }
-                    )
-                saved += len(timing.tokens)
-                index += 1
-            start_s, end_s = segment.start_s, segment.end_s
+            words, index = _segment_timings(timings, index, len(tokens), offset_s)
+            segment = _with_words(segment, words, last_speech_s, median_s, max_s)
             if words:
-                _shorten_words_after_pause(words, last_speech_s, median_s, max_s)
-                if start_s < words[0]["end"] and start_s - 0.5 > words[0]["start"]:
-                    words[0]["start"] = max(0.0, min(words[0]["end"] - median_s, start_s))
-                else:
-                    start_s = words[0]["start"]
-                if end_s > words[-1]["start"] and end_s + 0.5 < words[-1]["end"]:
-                    words[-1]["end"] = max(words[-1]["start"] + median_s, end_s)
-                else:
-                    end_s = words[-1]["end"]
-                last_speech_s = end_s
-            results.append(
-                (
-                    SegmentTokens(segment.tokens, start_s, end_s),
-                    tuple(Word(w["text"], w["start"], w["end"], w["probability"]) for w in words),
-                )
-            )
+                last_speech_s = segment.end_s
+            results.append(segment)
         return results
 
 
-def _shorten_words_after_pause(
-    words: list[dict[str, Any]], last_speech_s: float, median_s: float, max_s: float
-) -> None:
+@contextlib.contextmanager
+def _cross_attention_inputs(decoder: Any, alignment_heads: Sequence[tuple[int, int]]) -> Iterator[dict[int, Any]]:
+    """The input of the cross-attention of each layer that holds an alignment head (its layer
+    norm's output), by layer, caught as the decoder runs inside the block."""
+    queries: dict[int, Any] = {}
+    hooks = [
+        decoder.layers[layer].encoder_attn_layer_norm.register_forward_hook(
+            lambda module, inputs, output, layer=layer: queries.__setitem__(layer, output)
+        )
+        for layer in sorted({layer for layer, _ in alignment_heads})
+    ]
+    try:
+        yield queries
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _shorten_long_words(timings: list[_Timing]) -> tuple[float, float]:
+    """openai/whisper: words at sentence boundaries are no longer than twice the median word.
+    Returns the median word's duration (at most 0.7 s) and that limit."""
+    durations = np.array([timing.end_s - timing.start_s for timing in timings])
+    durations = durations[durations.nonzero()]
+    median_s = min(0.7, float(np.median(durations))) if len(durations) else 0.0
+    max_s = median_s * 2
+    if len(durations):
+        for index in range(1, len(timings)):
+            if timings[index].end_s - timings[index].start_s > max_s:
+                if timings[index].text in SENTENCE_END_MARKS:
+                    timings[index].end_s = timings[index].start_s + max_s
+                elif timings[index - 1].text in SENTENCE_END_MARKS:
+                    timings[index].start_s = timings[index].end_s - max_s
+    return median_s, max_s
+
+
+def _segment_timings(timings: Sequence[_Timing], index: int, count: int, offset_s: float) -> tuple[list[_Timing], int]:
+    """The words of the segment of `count` tokens whose first word is `timings[index]`, moved by
+    `offset_s` (words emptied by punctuation merging count their tokens, but are left out), and
+    the index of the next segment's first word."""
+    words: list[_Timing] = []
+    saved = 0
+    while index < len(timings) and saved < count:
+        timing = timings[index]
+        if timing.text:
+            start_s, end_s = round(offset_s + timing.start_s, 2), round(offset_s + timing.end_s, 2)
+            words.append(_Timing(timing.text, timing.tokens, start_s, end_s, timing.probability))
+        saved += len(timing.tokens)
+        index += 1
+    return words, index
+
+
+def _with_words(
+    segment: DecodedSegment, words: list[_Timing], last_speech_s: float, median_s: float, max_s: float
+) -> DecodedSegment:
+    """`segment` with its `words`, its start and end moved to theirs (or theirs to its, where
+    they run more than half a second past it), as openai/whisper does."""
+    start_s, end_s = segment.start_s, segment.end_s
+    if words:
+        _shorten_words_after_pause(words, last_speech_s, median_s, max_s)
+        first, last = words[0], words[-1]
+        if start_s < first.end_s and start_s - 0.5 > first.start_s:
+            first.start_s = max(0.0, min(first.end_s - median_s, start_s))
+        else:
+            start_s = first.start_s
+        if end_s > last.start_s and end_s + 0.5 < last.end_s:
+            last.end_s = max(last.start_s + median_s, end_s)
+        else:
+            end_s = last.end_s
+    timed = tuple(Word(word.text, word.start_s, word.end_s, word.probability) for word in words)
+    return DecodedSegment(segment.tokens, start_s, end_s, timed)
+
+
+def _shorten_words_after_pause(words: list[_Timing], last_speech_s: float, median_s: float, max_s: float) -> None:
     """openai/whisper: the first and second word after a pause are no longer than twice the
     median word (DTW stretches the first word over the silence before it)."""
     first = words[0]
-    if first["end"] - last_speech_s > median_s * 4 and (
-        first["end"] - first["start"] > max_s or (len(words) > 1 and words[1]["end"] - first["start"] > max_s * 2)
+    if first.end_s - last_speech_s > median_s * 4 and (
+        first.end_s - first.start_s > max_s or (len(words) > 1 and words[1].end_s - first.start_s > max_s * 2)
     ):
-        if len(words) > 1 and words[1]["end"] - words[1]["start"] > max_s:
-            boundary = max(words[1]["end"] / 2, words[1]["end"] - max_s)
-            first["end"] = words[1]["start"] = boundary
-        first["start"] = max(0.0, first["end"] - max_s)
+        if len(words) > 1 and words[1].end_s - words[1].start_s > max_s:
+            boundary = max(words[1].end_s / 2, words[1].end_s - max_s)
+            first.end_s = words[1].start_s = boundary
+        first.start_s = max(0.0, first.end_s - max_s)
 
 
 def _merge_punctuations(timings: list[_Timing]) -> None:

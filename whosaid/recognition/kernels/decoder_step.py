@@ -13,7 +13,7 @@ This step does the same arithmetic, in the same order, on the same weights:
   query's scale folded into its rows);
 - logits only for the positions that are read (the last one; on the prompt step, the
   start-of-transcript position too);
-- on CPU in float32, the linear layers multiply through whosaid.recognition.products: from exact
+- on CPU in float32, the linear layers multiply through whosaid.recognition.kernels.products: from exact
   half-precision copies of the weights where half precision holds them (Whisper's own
   checkpoints), else with the product measured fastest on this CPU.
 
@@ -28,7 +28,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from whosaid.recognition.products import CpuProducts, Product, affine, cpu_products, onednn_available, onednn_linear
+from whosaid.recognition.kernels.products import (
+    CpuProducts,
+    Product,
+    affine,
+    cpu_products,
+    onednn_available,
+    onednn_linear,
+)
 
 logger = logging.getLogger(__name__)
 
