@@ -23,6 +23,7 @@ from whosaid.runtime.memory import (
     memory_released_on_failure,
     release_memory_after,
     release_memory_between_stages,
+    unmap_freed_large_blocks,
 )
 from whosaid.speakers.attribution import assign_speakers
 from whosaid.speakers.channels import (
@@ -85,6 +86,8 @@ class Engine:
             recognizer, diarizer, max_audio_duration_s=settings.max_audio_duration_s, speaker_identifier=identifier
         )
         runtime = engine.runtime
+        # From here on, a request's large tensors go back to the OS when freed.
+        unmap_freed_large_blocks()
         freeze_loaded_objects()
         logger.info(
             "models loaded in %.1f s: asr=%s assistant=%s diarization=%s device=%s dtype=%s "

@@ -58,6 +58,12 @@ LANGUAGE_SWITCH_PAUSE_S = 0.6
 # Windows per encoder pass (see SpeechRecognizer.encode).
 ENCODER_WINDOWS_PER_PASS_CPU = 1
 ENCODER_WINDOWS_PER_PASS_GPU = 8
+# On CPU, the most memory the greedy decoder's cross-attention keys and values may take at once:
+# a batch of more windows is decoded in parts of at most that many (SpeechRecognizer.decoder_rows).
+# Each window holds them for every decoder layer (whisper-base: 6 x 2 x 1500 frames x 512 x 4
+# bytes, 37 MB), so a batch of 24 held 0.9 GB whatever the recording's length; the encoder still
+# runs over the whole batch (benchmarks/README.md, "Memory against recording length").
+DECODER_CROSS_BYTES_CPU = 320 * 2**20
 
 
 class SpeechRecognizer:
@@ -337,7 +343,11 @@ class SpeechRecognizer:
         results: list[Any] = [None] * len(windows)
         for rows, prompt in self._prompt_groups(languages, options.task, batch.previous):
             if assistant is None:
-                decoded = self.decoder.decode(states[rows], prompt, options, is_repeating=self._is_repeating)
+                decoded = [
+                    result
+                    for part in _parts(rows, self.decoder_rows(states))
+                    for result in self.decoder.decode(states[part], prompt, options, is_repeating=self._is_repeating)
+                ]
             else:
                 drafts = self.generate_tokens(
                     batch.features[rows],
@@ -425,6 +435,17 @@ class SpeechRecognizer:
                 for segment in window.segments
             ]
         return spans
+
+    def decoder_rows(self, encoder_states: Any) -> int:
+        """How many windows of `encoder_states` (windows, frames, width) the greedy decoder
+        takes at once: on CPU as many as DECODER_CROSS_BYTES_CPU holds the cross-attention keys
+        and values of (at least one), elsewhere all of them (GPU memory is not the process's,
+        and a GPU wants its batch)."""
+        windows, frames, width = encoder_states.shape
+        if encoder_states.device.type != "cpu":
+            return max(1, windows)
+        per_window = len(self.decoder.step.layers) * 2 * frames * width * encoder_states.element_size()
+        return max(1, DECODER_CROSS_BYTES_CPU // per_window)
 
     def _loop_warning(self, window: SpeechWindow, kept: Sequence[int]) -> str:
         """What the response says about a window whose decoding looped to the end of Whisper's
@@ -572,6 +593,20 @@ def window_batches(
     start = 1 if first_alone else 0
     head = [windows[:1]] if first_alone else []
     return head + [windows[first : first + batch_size] for first in range(start, len(windows), batch_size)]
+
+
+def _parts(rows: Sequence[int], most: int) -> list[list[int]]:
+    """`rows` in order, in as few parts of at most `most` as there can be, of sizes that differ by
+    one at most: 18 rows at most 8 are 6, 6 and 6, not 8, 8 and 2 (a part's steps cost about the
+    same at 6 rows as at 8, as each reads every decoder weight)."""
+    count = -(-len(rows) // most)
+    size, extra = divmod(len(rows), count) if rows else (0, 0)
+    parts, first = [], 0
+    for index in range(count):
+        end = first + size + (index < extra)
+        parts.append(list(rows[first:end]))
+        first = end
+    return parts
 
 
 def _span_name(windows: Sequence[SpeechWindow]) -> str:

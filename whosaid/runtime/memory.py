@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 #: Audio at least this long is followed by `release_memory()`.
 RELEASE_AFTER_AUDIO_S = 60.0
 
+#: glibc's mallopt parameter for the size from which blocks are mapped on their own (M_MMAP_THRESHOLD).
+M_MMAP_THRESHOLD = -3
+#: Blocks of at least this many bytes are mapped on their own and unmapped when freed: glibc's
+#: initial threshold, kept fixed (benchmarks/README.md, "Memory against recording length").
+MMAP_THRESHOLD_BYTES = 128 * 1024
+
 
 def freeze_loaded_objects() -> None:
     """Once models are loaded: collect what loading left, then move every object the collector
@@ -35,6 +41,23 @@ def freeze_loaded_objects() -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+
+
+def unmap_freed_large_blocks() -> bool:
+    """Make glibc map every block of MMAP_THRESHOLD_BYTES or more on its own, so that freeing it
+    hands it back to the OS at once. By default glibc raises that threshold each time such a block
+    is freed (up to 32 MB), and from then on the tensors of a batch of windows (keys and values,
+    activations: MBs each) come from its heap, where what they leave stays with the process and
+    the next batch peaks on top of it. Not when the operator set MALLOC_MMAP_THRESHOLD_ (glibc
+    reads it). Returns whether the threshold was set."""
+    import os
+
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def release_memory(*, collect_cycles: bool = True) -> None:
