@@ -40,7 +40,7 @@ from whosaid.convert.errors import ConversionError
 from whosaid.convert.writer import MARKER_FILE, conversion_is_current, convert_ctranslate2_whisper
 from whosaid.errors import ModelLoadError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE, TINY_EN = "whisper-base", "whisper-tiny.en"
 MODELS = (BASE, TINY_EN)
 ESPEAK_TEXT = (

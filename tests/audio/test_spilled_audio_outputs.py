@@ -18,10 +18,10 @@ from whosaid.speaker_hints import SpeakerHints
 
 pytestmark = pytest.mark.slow
 
-SHARED_CONVERSATIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "conversations"
+SHARED_CONVERSATIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "conversations"
 # Two minutes of a real two-person conversation: the diarizer's long-recording step.
 CONVERSATION = SHARED_CONVERSATIONS / "verbatim_beltz_schwierig1.wav"
-AMI_DIR = Path(__file__).parent / "data" / "ami"
+AMI_DIR = Path(__file__).parents[1] / "data" / "ami"
 
 
 @pytest.fixture(scope="module")

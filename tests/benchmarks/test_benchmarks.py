@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_ASR = REPO_ROOT.parent / "shared" / "data" / "asr"
 ASR_IMPLEMENTATIONS = (
     "whosaid", "whosaid-int8", "transformers", "transformers-greedy",

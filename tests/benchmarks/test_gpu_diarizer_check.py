@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # the script run as a process, with the real models
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_smoke_run_checks_the_segmentation_and_prints_the_der_table() -> None:
@@ -35,5 +35,5 @@ def test_cpu_smoke_run_checks_the_segmentation_and_prints_the_der_table() -> Non
     assert files == ["sample", "ami_trn00", "ami_trn01"]
     summary = lines[-1]
     assert summary["check"] == "summary" and summary["failed"] is False
-    assert summary["sample_der"] <= 0.06  # the bound tests/test_builtin_diarizer.py holds
+    assert summary["sample_der"] <= 0.06  # the bound tests/core/test_builtin_diarizer.py holds
     assert "| file | seconds | DER | speakers |" in result.stdout

@@ -15,7 +15,7 @@ import pytest
 # Slow (the GPU script run as a process): `make test-fast` leaves them to the full suite.
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from whosaid.batch import results, storage
 from whosaid.batch.inputs import InputError, expand_inputs
 from whosaid.cli.main import main
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
 EMPTY_FILE_ERROR = "empty input: the audio file has no bytes"
 CORRUPT_FILE_ERROR = (

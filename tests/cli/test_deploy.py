@@ -21,7 +21,7 @@ from whosaid.deploy import errors, spec
 from whosaid.deploy.cli import main
 from whosaid.deploy.handler_repo import handler_files, import_closure
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_fakeTokenThatMustOnlyTravelAsASecret"
 NAME = "whosaid-a10g"
 USER = "alice"

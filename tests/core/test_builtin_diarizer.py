@@ -2,7 +2,7 @@
 meeting audio, scored with pyannote.metrics' diarization error rate: no collar, overlapped speech
 scored, no speaker count given. tests/data/ami/README.md describes the AMI snippets. Every test
 here runs the real models; the clustering alone is tested on synthetic embeddings in
-tests/test_clustering.py."""
+tests/core/test_clustering.py."""
 
 from __future__ import annotations
 

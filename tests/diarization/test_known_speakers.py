@@ -17,7 +17,7 @@ from whosaid.errors import InvalidAudioError, InvalidParametersError
 from whosaid.results import Diarization, SpeakerTurn
 from whosaid.speakers.known import KnownVoice, _longest_first, _subtract, decode_reference, match_speakers, rename
 
-AMI = Path(__file__).parent / "data" / "ami"
+AMI = Path(__file__).parents[1] / "data" / "ami"
 
 
 def unit(*values: float) -> np.ndarray:

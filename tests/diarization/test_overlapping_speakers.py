@@ -3,7 +3,7 @@ transcribed by whisper-base) with overlapping turns and their exclusive view, as
 overlap-aware diarizer does. Through a real server on loopback and the real remote client:
 RTTM and POST /'s `turns` hold the overlapping turns exactly; diarized_json, its streamed
 segments and verbose_json give every word once, in order, to the speaker the exclusive view says.
-tests/test_speaker_timelines.py has how pyannote's output becomes a Diarization."""
+tests/diarization/test_speaker_timelines.py has how pyannote's output becomes a Diarization."""
 
 from __future__ import annotations
 

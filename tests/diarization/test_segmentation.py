@@ -16,7 +16,7 @@ from whosaid.speakers.segmentation import ChunkSegmentation
 
 pytestmark = pytest.mark.slow
 
-AMI_DIR = Path(__file__).parent / "data" / "ami"
+AMI_DIR = Path(__file__).parents[1] / "data" / "ami"
 SAMPLE_RATE_HZ = 16_000
 
 

@@ -5,7 +5,7 @@ speaker attribution loses (almost) no words. One conversation is a meeting with 
 and 0.15-0.6 s gaps; the other a fast exchange of one- and two-word replies 50-200 ms from the
 other speakers' words, many of them inside another speaker's sentence.
 
-`pytest tests/test_speaker_words.py -s` prints WER and cpWER of both."""
+`pytest tests/diarization/test_speaker_words.py -s` prints WER and cpWER of both."""
 
 from __future__ import annotations
 

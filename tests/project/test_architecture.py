@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 from typing import Iterator, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = REPO_ROOT / "whosaid"
 
 

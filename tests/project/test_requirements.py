@@ -14,7 +14,7 @@ from pathlib import Path
 
 from whosaid.deploy.handler_repo import handler_files
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def canonical(name: str) -> str:

@@ -27,7 +27,7 @@ API_KEY = "live-real-key"
 #: and 0.08-0.22 on the far-field AMI snippet with whisper-tiny.en (benchmarks/README.md).
 MAX_LIVE_WER = 0.10
 MAX_LIVE_WER_AMI = 0.30
-AMI_SNIPPET = Path(__file__).parent / "data" / "ami" / "ami_trn00.wav"
+AMI_SNIPPET = Path(__file__).parents[1] / "data" / "ami" / "ami_trn00.wav"
 SESSION = {
     "type": "transcription",
     "audio": {

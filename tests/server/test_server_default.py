@@ -64,7 +64,7 @@ def test_impossible_speaker_counts_are_422(server: str, sample_wav: Path) -> Non
 
 def test_overlapping_speech_of_a_real_meeting_end_to_end(server: str) -> None:
     # A real AMI meeting snippet where two people talk at once for seconds.
-    audio = (Path(__file__).parent / "data" / "ami" / "ami_trn09.wav").read_bytes()
+    audio = (Path(__file__).parents[1] / "data" / "ami" / "ami_trn09.wav").read_bytes()
     rttm = transcribe(server, audio, response_format="rttm")
     assert rttm.status_code == 200, rttm.text
     turns = [(float(f[3]), float(f[3]) + float(f[4]), f[7]) for f in (line.split() for line in rttm.text.splitlines())]

@@ -94,7 +94,7 @@ def test_a_long_recording_streams_a_delta_per_window_the_first_one_alone(server:
     waits for its first words): the same words but where float rounding moves one (none here
     on the machines measured), and its segments, which carry times, show what the first delta covers."""
     names = ("trn00", "trn03", "trn05", "trn06", "trn09")  # the snippets with the most speech
-    snippets = [load_audio_file(Path(__file__).parent / "data" / "ami" / f"ami_{name}.wav") for name in names]
+    snippets = [load_audio_file(Path(__file__).parents[1] / "data" / "ami" / f"ami_{name}.wav") for name in names]
     samples = np.concatenate([snippet.samples for snippet in snippets])
     windows = VoiceActivityDetector.load().windows(samples, 30.0)
     assert len(windows) == 5 and samples.size / 16_000 >= 120

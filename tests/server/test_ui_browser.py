@@ -153,7 +153,7 @@ def longest_clean_turn(rttm: Path) -> tuple[str, float, float]:
 def test_a_known_voice_added_in_the_page_names_its_speaker(
     server: str, page: Page, sample_wav: Path, sample_audio, tmp_path: Path
 ) -> None:
-    from tests.test_known_speakers import wav_bytes
+    from tests.diarization.test_known_speakers import wav_bytes
 
     speaker, start_s, end_s = longest_clean_turn(sample_wav.with_name("sample.rttm"))
     assert (speaker, start_s, end_s) == ("speaker91", 21.78, 27.85)

@@ -18,7 +18,7 @@ This step does the same arithmetic, in the same order, on the same weights:
   checkpoints), else with the product measured fastest on this CPU.
 
 Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
-ones transformers' decoder picks (tests/test_greedy_decoding.py compares with `generate`); values differ
+ones transformers' decoder picks (tests/core/test_greedy_decoding.py compares with `generate`); values differ
 by float rounding only.
 """
 

@@ -3,7 +3,7 @@ temperature fallback.
 
 This loop is the decoding path that decides a window's tokens: the request's DecodingOptions
 reach it as the logits rules (whosaid.recognition.logits_rules) it applies at every step, and the
-other paths are checked against it (tests/test_decoding_paths.py): `score` re-measures tokens
+other paths are checked against it (tests/asr/test_decoding_paths.py): `score` re-measures tokens
 decoded elsewhere under the same rules, and transformers' `generate` (the beam-search fallback,
 speculative drafts) gets the same options as keyword arguments and, greedy, the same tokens.
 

@@ -407,7 +407,7 @@ class SpeechRecognizer:
         decoding), conditioned on `previous` text tokens and ruled by `options` (None: the
         model's own) as the lean loop is: the generated tokens of each window, without prompt
         and end-of-text. One generate call per window batch, so nothing after the window is
-        decoded. Greedy, it gives the lean loop's tokens (tests/test_decoding_paths.py)."""
+        decoded. Greedy, it gives the lean loop's tokens (tests/asr/test_decoding_paths.py)."""
         import torch
         from transformers.modeling_outputs import BaseModelOutput
 
