@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from benchmarks.diarization import der
-from benchmarks.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.common.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.diarization.builtin import der
 
 AMI_BOUND = 0.28
 SAMPLE_BOUND = 0.06

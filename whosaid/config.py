@@ -71,7 +71,7 @@ class ModelSettings(BaseSettings):
         default=None,
         ge=0,
         description="assisted='auto' decodes audio up to this long with the assistant, longer audio "
-        "batched. Unset: the crossover measured by benchmarks/assisted.py for the device "
+        "batched. Unset: the crossover measured by benchmarks/asr/assisted.py for the device "
         "(whosaid.recognition.assisted.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
     )
     hf_token: Optional[SecretStr] = Field(

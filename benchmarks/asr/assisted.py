@@ -11,10 +11,10 @@ the batched one (it must: the main model verifies every drafted token). Rows are
 them alike. Then, per assistant, the crossover: the longest clip on which assisted was faster,
 the value for ASSISTED_MAX_DURATION_S.
 
-    python -m benchmarks.assisted                                  # whisper-base, 8 s / 30 s / 60 s, 3 repeats
-    python -m benchmarks.assisted --tune espeak --steps 200         # tuned on espeak-ng speech (not the clips)
-    python -m benchmarks.assisted --tune sample                     # tuned on the benchmark's own sample
-    python -m benchmarks.assisted --assistants DIR1,DIR2 --clips short,30
+    python -m benchmarks.asr.assisted                                  # whisper-base, 8 s / 30 s / 60 s, 3 repeats
+    python -m benchmarks.asr.assisted --tune espeak --steps 200         # tuned on espeak-ng speech (not the clips)
+    python -m benchmarks.asr.assisted --tune sample                     # tuned on the benchmark's own sample
+    python -m benchmarks.asr.assisted --assistants DIR1,DIR2 --clips short,30
 
 Results: benchmarks/results/assisted-<timestamp>.json and assisted-latest.md.
 """
@@ -35,9 +35,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from benchmarks.clips import build_clip, sample_samples, word_error_rate
-from benchmarks.environment import REPO_ROOT, describe_machine, load_average, result_head, utc_minute
-from benchmarks.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
+from benchmarks.common.clips import build_clip, sample_samples, word_error_rate
+from benchmarks.common.environment import REPO_ROOT, describe_machine, load_average, result_head, utc_minute
+from benchmarks.common.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
 
 ASSISTANT_CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache" / "assistants"
 DEFAULT_CLIPS = "short,30,60"
@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--clips",
         default=DEFAULT_CLIPS,
-        help=f"comma-separated clip specs (benchmarks/clips.py; default {DEFAULT_CLIPS})",
+        help=f"comma-separated clip specs (benchmarks/common/clips.py; default {DEFAULT_CLIPS})",
     )
     parser.add_argument(
         "--assistants", help="comma-separated assistant directories to compare (default: build untuned and tuned)"
@@ -327,7 +327,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
 
-    from benchmarks.models import resolve_model
+    from benchmarks.common.models import resolve_model
 
     torch.set_num_threads(args.threads)
     model = resolve_model(args.model)

@@ -10,7 +10,7 @@ all of Whisper's released checkpoints).
    batch of 4 rows), the step built with and without the half copies, interleaved, median of
    `--repeats`, and whether the tokens are the same.
 
-    python -m benchmarks.half_weights                 # whisper-base, 2 threads
+    python -m benchmarks.asr.half_weights                 # whisper-base, 2 threads
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import argparse
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from benchmarks.local_server import REPO_ROOT
-from benchmarks.timing import interleaved_medians
+from benchmarks.common.timing import interleaved_medians
+from benchmarks.server.local_server import REPO_ROOT
 
 COPIES_BYTES = 64 * 2**20
 
@@ -98,7 +98,7 @@ def main() -> None:
 
     import torch
 
-    from benchmarks.clips import build_clip
+    from benchmarks.common.clips import build_clip
     from whosaid.config import ModelSettings
     from whosaid.recognition.greedy import GreedyWhisperDecoder
     from whosaid.recognition.recognizer import SpeechRecognizer

@@ -5,7 +5,7 @@ fallback, batch 8, language en); the word error rate of int8's text against floa
 of what quantization changes, on about 430 words (alone or joined), where pyannote's sample
 holds 81: read beside the WER tables, not instead of them.
 
-    python -m benchmarks.int8_agreement
+    python -m benchmarks.asr.int8_agreement
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import argparse
 
 import numpy as np
 
-from benchmarks.local_server import REPO_ROOT
-from benchmarks.stream_latency import AMI_DIR
-from benchmarks.wer import normalise_text
+from benchmarks.common.wer import normalise_text
+from benchmarks.server.local_server import REPO_ROOT
+from benchmarks.server.stream_latency import AMI_DIR
 
 
 def transcripts(model: str, quantization: str, audios: list) -> tuple[list[str], str]:

@@ -3,7 +3,7 @@ CPU in float32) cost and buy: RSS after loading whisper-base with and without th
 fresh process), and one window's encoder time, the two models interleaved, as the recognizer
 runs it on CPU (one window per pass).
 
-    python -m benchmarks.packed_encoder            # whisper-base, 2 threads, median of 5
+    python -m benchmarks.asr.packed_encoder            # whisper-base, 2 threads, median of 5
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import functools
 import subprocess
 import sys
 
-from benchmarks.local_server import REPO_ROOT
-from benchmarks.timing import interleaved_medians
+from benchmarks.common.timing import interleaved_medians
+from benchmarks.server.local_server import REPO_ROOT
 
 
 def rss_after_load(model: str, packed: bool) -> float:
@@ -23,7 +23,7 @@ def rss_after_load(model: str, packed: bool) -> float:
         "import os, torch\n"
         "from transformers import WhisperForConditionalGeneration\n"
         "from whosaid.recognition.loading import prepack_encoder_linears\n"
-        "from benchmarks.local_server import memory_mb\n"
+        "from benchmarks.server.local_server import memory_mb\n"
         f"m = WhisperForConditionalGeneration.from_pretrained({model!r}).eval()\n"
         + ("prepack_encoder_linears(m)\n" if packed else "")
         + "import gc; gc.collect(); print(memory_mb(os.getpid())['VmRSS'])\n"

@@ -1,5 +1,5 @@
 """Word error rate under shifts of the audio that change no word: each clip with 0, 20, ... 140 ms
-of silence put before it, for each implementation of benchmarks.speed (same loaders, same
+of silence put before it, for each implementation of benchmarks.asr.speed (same loaders, same
 parameters). No timing: quality only.
 
 Why: every system cuts its Whisper windows at speech edges found on a grid of frames (Silero VAD's
@@ -9,8 +9,8 @@ one word is 0.012 of WER, and which words a window yields turns on such details:
 clip says little about the difference between two systems. The mean over the shifts is the
 figure to compare; the spread shows how far one figure may land from it.
 
-    python -m benchmarks.shifted_wer                      # whisper-base, 30 s and 2 min, five rows each
-    python -m benchmarks.shifted_wer --clips 30 --shifts-ms 0,20 --implementations whosaid
+    python -m benchmarks.asr.shifted_wer                      # whisper-base, 30 s and 2 min, five rows each
+    python -m benchmarks.asr.shifted_wer --clips 30 --shifts-ms 0,20 --implementations whosaid
 
 Results: benchmarks/results/shifted-wer-<timestamp>.json and shifted-wer-latest.md (or
 --output-dir). Run from the repository root.
@@ -27,11 +27,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from benchmarks.clips import SAMPLE_RATE_HZ, build_clip, word_error_rate
-from benchmarks.environment import result_head, usable_cpus, utc_minute
-from benchmarks.report import RESULTS_DIR, markdown_table, write_results
-from benchmarks.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, comma_separated, refuse_unknown_implementations
-from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, IMPLEMENTATIONS, Job
+from benchmarks.asr.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, comma_separated, refuse_unknown_implementations
+from benchmarks.asr.speed_implementations import ASR_IMPLEMENTATIONS, IMPLEMENTATIONS, Job
+from benchmarks.common.clips import SAMPLE_RATE_HZ, build_clip, word_error_rate
+from benchmarks.common.environment import result_head, usable_cpus, utc_minute
+from benchmarks.common.report import RESULTS_DIR, markdown_table, write_results
 
 DEFAULT_IMPLEMENTATIONS = (
     "whosaid",
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL, help="whisper-base, whisper-tiny.en or a directory")
     parser.add_argument("--ct2-model", help="CTranslate2 checkpoint matching a --model directory (for faster-whisper)")
-    parser.add_argument("--clips", default="30,120", help="comma-separated clip names of benchmarks.clips")
+    parser.add_argument("--clips", default="30,120", help="comma-separated clip names of benchmarks.common.clips")
     parser.add_argument(
         "--shifts-ms",
         type=lambda text: [int(value) for value in text.split(",")],
@@ -82,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     refuse_unknown_implementations(args.implementations)
     if not args.shifts_ms or min(args.shifts_ms) < 0:
         raise SystemExit("--shifts-ms takes one or more milliseconds, none negative")
-    from benchmarks.models import resolve_model
+    from benchmarks.common.models import resolve_model
 
     try:
         model = resolve_model(args.model, args.ct2_model)

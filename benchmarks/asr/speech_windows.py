@@ -1,12 +1,12 @@
 """Contiguous windows against speech-only (joined) windows, and which pause to leave between
 joined speech: windows, decoded tokens and WER (deterministic), and seconds (indicative on a
 shared machine), whisper-base float32, batch 8, greedy, language en, one process, each
-configuration once after a warm-up. Clips: those of benchmarks/clips.py, and `ami`, the ten AMI
+configuration once after a warm-up. Clips: those of benchmarks/common/clips.py, and `ami`, the ten AMI
 snippets of tests/data/ami joined (5 minutes, long pauses; no reference text: its "WER" column
 is the joined text against the contiguous one).
 
-    python -m benchmarks.speech_windows                       # 30 s and ami; pauses 0.2, 0.5, 1.0 s
-    python -m benchmarks.speech_windows --clips 120 1200 --pauses 0.5
+    python -m benchmarks.asr.speech_windows                       # 30 s and ami; pauses 0.2, 0.5, 1.0 s
+    python -m benchmarks.asr.speech_windows --clips 120 1200 --pauses 0.5
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from benchmarks.clips import build_clip, word_error_rate
-from benchmarks.local_server import REPO_ROOT
-from benchmarks.stream_latency import AMI_DIR
+from benchmarks.common.clips import build_clip, word_error_rate
+from benchmarks.server.local_server import REPO_ROOT
+from benchmarks.server.stream_latency import AMI_DIR
 
 
 def main() -> None:

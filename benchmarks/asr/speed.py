@@ -23,9 +23,9 @@ the same number of CPU threads. With --assistant, this project's assisted / unas
 modes are timed on clips of one Whisper window (<= 30 s); with --diarization, the diarization
 pipeline's time and diarization error rate against sample.rttm.
 
-    python -m benchmarks.speed                         # whisper-base, batch 8, 30 s and 2 min
-    python -m benchmarks.speed --model whisper-tiny.en --repeats 5
-    python -m benchmarks.speed --smoke                 # CI: 3 s clip, tiny.en, 1 run, seconds
+    python -m benchmarks.asr.speed                         # whisper-base, batch 8, 30 s and 2 min
+    python -m benchmarks.asr.speed --model whisper-tiny.en --repeats 5
+    python -m benchmarks.asr.speed --smoke                 # CI: 3 s clip, tiny.en, 1 run, seconds
 
 Results: benchmarks/results/speed-<timestamp>.json and speed-latest.md (smoke runs write to
 benchmarks/results/tmp/ so they never replace real results). Run from the repository root.
@@ -40,12 +40,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from benchmarks.clips import Clip, build_clip
-from benchmarks.environment import REPO_ROOT, add_omp_wait_policy_argument, result_head, usable_cpus, utc_minute
-from benchmarks.report import RESULTS_DIR, SMOKE_RESULTS_DIR, fmt, fmt_load, write_results
-from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, ASSISTED_IMPLEMENTATIONS, Job
-from benchmarks.speed_report import added_mib, headline_ratios, render_markdown, score
-from benchmarks.speed_worker import measure_interleaved
+from benchmarks.asr.speed_implementations import ASR_IMPLEMENTATIONS, ASSISTED_IMPLEMENTATIONS, Job
+from benchmarks.asr.speed_report import added_mib, headline_ratios, render_markdown, score
+from benchmarks.asr.speed_worker import measure_interleaved
+from benchmarks.common.clips import Clip, build_clip
+from benchmarks.common.environment import REPO_ROOT, add_omp_wait_policy_argument, result_head, usable_cpus, utc_minute
+from benchmarks.common.report import RESULTS_DIR, SMOKE_RESULTS_DIR, fmt, fmt_load, write_results
 
 DEFAULT_MODEL = "whisper-base"
 DEFAULT_BATCH_SIZE = 8  # the batch the baselines were first measured with
@@ -167,7 +167,7 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = resolve_arguments(build_parser().parse_args(argv))
-    from benchmarks.models import resolve_model
+    from benchmarks.common.models import resolve_model
 
     try:
         model = resolve_model(args.model, args.ct2_model)

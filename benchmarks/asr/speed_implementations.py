@@ -1,7 +1,7 @@
 """What each row of the speed benchmark loads and runs: this project, the original handler's
 transformers pipeline and faster-whisper, each named with its decoding strategy and precision.
 
-Every loader runs inside its own worker process (benchmarks.speed_worker), so each imports only
+Every loader runs inside its own worker process (benchmarks.asr.speed_worker), so each imports only
 what it needs: a faster-whisper process never imports torch, and its peak memory shows it.
 """
 

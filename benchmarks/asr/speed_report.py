@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional
 
-from benchmarks.clips import Clip, word_error_rate
-from benchmarks.environment import describe_machine
-from benchmarks.report import fmt, fmt_load, markdown_table
-from benchmarks.speed_implementations import IMPLEMENTATIONS
+from benchmarks.asr.speed_implementations import IMPLEMENTATIONS
+from benchmarks.common.clips import Clip, word_error_rate
+from benchmarks.common.environment import describe_machine
+from benchmarks.common.report import fmt, fmt_load, markdown_table
 
 # pyannote.metrics' collar is the total width around each reference boundary: 0.5 is +-0.25 s,
 # which is what NIST md-eval (and most papers) call "collar 0.25".

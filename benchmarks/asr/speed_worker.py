@@ -2,7 +2,7 @@
 process (so that its peak memory is its own) and run on request, and the interleaved rounds that
 drive them.
 
-The parent starts each worker as `python -m benchmarks.speed_worker JOB.json` from the repository
+The parent starts each worker as `python -m benchmarks.asr.speed_worker JOB.json` from the repository
 root; the worker answers on stdout with single JSON lines.
 """
 
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from benchmarks.clips import build_clip
-from benchmarks.environment import REPO_ROOT, load_average, omp_environment
-from benchmarks.speed_implementations import IMPLEMENTATIONS, Job
+from benchmarks.asr.speed_implementations import IMPLEMENTATIONS, Job
+from benchmarks.common.clips import build_clip
+from benchmarks.common.environment import REPO_ROOT, load_average, omp_environment
 
 
 def _memory_mib(field: str) -> Optional[float]:
@@ -82,7 +82,7 @@ class Worker:
         self.log_path = scratch / f"{job.implementation}-{job.clip}.log"
         self._log = None if verbose else open(self.log_path, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.speed_worker", str(job_path)],
+            [sys.executable, "-m", "benchmarks.asr.speed_worker", str(job_path)],
             cwd=REPO_ROOT,  # where `-m benchmarks...` finds the package
             env=env,
             text=True,
@@ -174,5 +174,5 @@ def measure_interleaved(
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m benchmarks.speed_worker JOB.json (started by benchmarks.speed)")
+        raise SystemExit("usage: python -m benchmarks.asr.speed_worker JOB.json (started by benchmarks.asr.speed)")
     sys.exit(worker_main(sys.argv[1]))

@@ -1,9 +1,9 @@
 """Word error rate on real speech with human transcripts, pooled per language: each
-`benchmarks.speed` implementation (same loaders, same parameters, told each clip's language) on
+`benchmarks.asr.speed` implementation (same loaders, same parameters, told each clip's language) on
 every clip of ../shared/data/asr (read in place, never copied). No timing: quality only.
 
-    python -m benchmarks.wer_real
-    python -m benchmarks.wer_real --implementations whosaid,faster-whisper-fp32-greedy --model whisper-base
+    python -m benchmarks.asr.wer_real
+    python -m benchmarks.asr.wer_real --implementations whosaid,faster-whisper-fp32-greedy --model whisper-base
 
 Both sides are normalised as Whisper's own evaluation does (transformers' `EnglishTextNormalizer`
 for English, without the checkpoint's British-to-American spelling table, and
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from benchmarks.environment import result_head, usable_cpus, utc_minute
-from benchmarks.report import RESULTS_DIR, markdown_table, write_results
-from benchmarks.scoring import SHARED_DATA
-from benchmarks.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, comma_separated, refuse_unknown_implementations
-from benchmarks.speed_implementations import ASR_IMPLEMENTATIONS, IMPLEMENTATIONS, Job
+from benchmarks.asr.speed import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, comma_separated, refuse_unknown_implementations
+from benchmarks.asr.speed_implementations import ASR_IMPLEMENTATIONS, IMPLEMENTATIONS, Job
+from benchmarks.common.environment import result_head, usable_cpus, utc_minute
+from benchmarks.common.report import RESULTS_DIR, markdown_table, write_results
+from benchmarks.common.scoring import SHARED_DATA
 
 ASR_DIR = SHARED_DATA / "asr"
 DEFAULT_IMPLEMENTATIONS = ("whosaid", "faster-whisper-fp32-greedy", "whosaid-int8", "faster-whisper-int8-greedy")
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     refuse_unknown_implementations(args.implementations)
-    from benchmarks.models import resolve_model
+    from benchmarks.common.models import resolve_model
     from whosaid.audio.loading import load_audio_file
 
     try:

@@ -6,8 +6,8 @@ times printed); faster-whisper (`word_timestamps=True`, greedy, the CTranslate2 
 transformers weights were converted from) times the same words, and the median |start| and |end|
 differences over the words both transcripts share are printed.
 
-    python -m benchmarks.word_timestamps                  # whisper-base, 5 repeats
-    python -m benchmarks.word_timestamps --repeats 1      # a quick look
+    python -m benchmarks.asr.word_timestamps                  # whisper-base, 5 repeats
+    python -m benchmarks.asr.word_timestamps --repeats 1      # a quick look
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.models import resolve_model
+from benchmarks.common.models import resolve_model
 
 
 def _normalised(word: str) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-# speed_report.py takes word_error_rate from here; it lives in benchmarks/wer.py, shared with the tests.
-from benchmarks.wer import word_error_rate as word_error_rate
+# speed_report.py takes word_error_rate from here; it lives in benchmarks/common/wer.py, shared with the tests.
+from benchmarks.common.wer import word_error_rate as word_error_rate
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 
 SAMPLE_RATE_HZ = WHISPER_SAMPLE_RATE_HZ  # what Whisper and pyannote take; whosaid.audio.loading decodes to this rate

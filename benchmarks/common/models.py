@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.environment import REPO_ROOT
+from benchmarks.common.environment import REPO_ROOT
 
 CT2_CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache" / "ct2"
 _STAMP_FILE = "whosaid_benchmark_source.json"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from benchmarks.environment import REPO_ROOT
+from benchmarks.common.environment import REPO_ROOT
 
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?( %)?$")
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"

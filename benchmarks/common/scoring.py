@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AMI_DIR = REPO / "tests" / "data" / "ami"
 SHARED_DATA = REPO.parent / "shared" / "data"
 CONVERSATIONS_DIR = SHARED_DATA / "conversations"

@@ -1,7 +1,7 @@
 """The built-in diarizer's time, peak memory and DER on real meeting audio, one clip per process.
 
-    .venv/bin/python -m benchmarks.diarization --threads 2 --clips 30,120,1200,3600
-    .venv/bin/python -m benchmarks.diarization --clips 30,120,1200 --asr models/whisper-base --step 5
+    .venv/bin/python -m benchmarks.diarization.builtin --threads 2 --clips 30,120,1200,3600
+    .venv/bin/python -m benchmarks.diarization.builtin --clips 30,120,1200 --asr models/whisper-base --step 5
 
 Run it with OpenMP threads as users get them (OMP_WAIT_POLICY unset): PASSIVE threads sleep after
 every operation, which slows the decoder's many small ones in `--asr`.
@@ -33,9 +33,9 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks import scoring
-from benchmarks.scoring import AMI_DIR, REPO, read_rttm, sample_wav
-from benchmarks.timing import median_seconds
+from benchmarks.common import scoring
+from benchmarks.common.scoring import AMI_DIR, REPO, read_rttm, sample_wav
+from benchmarks.common.timing import median_seconds
 
 SAMPLE_RATE_HZ = 16_000
 
@@ -174,7 +174,7 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.asr else ""))
     for seconds in [int(spec) for spec in args.clips.split(",")]:
-        command = [sys.executable, "-m", "benchmarks.diarization", "--one", str(seconds)]
+        command = [sys.executable, "-m", "benchmarks.diarization.builtin", "--one", str(seconds)]
         command += ["--threads", str(args.threads)] + (["--step", str(args.step)] if args.step else [])
         command += ["--asr", args.asr] if args.asr else []
         command += ["--repeats", str(args.repeats)]

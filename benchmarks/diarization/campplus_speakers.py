@@ -5,7 +5,7 @@ talks; every pair of segments is scored by cosine similarity (pairs across files
 ids are global), and the script prints, per data set and encoder, the same- and different-speaker
 score distributions and the equal error rate of a single threshold.
 
-    .venv/bin/python -m benchmarks.campplus_speakers --ami-dir tests/data/ami
+    .venv/bin/python -m benchmarks.diarization.campplus_speakers --ami-dir tests/data/ami
 
 pyannote's sample.wav (from the installed pyannote.audio) is always scored as well.
 """

@@ -1,7 +1,7 @@
 """CAM++ embedding speed on CPU: batches of 10 s windows, as pyannote's diarization pipeline hands
 them over, whole or cut by per-speaker masks.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.campplus_speed --threads 2
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.diarization.campplus_speed --threads 2
 
 Rows: the whole window embedded (no mask), and three speakers per window, each active on its own
 third (three rows per window, each about 3.3 s of frames). Times are the median of `--repeats`
@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from benchmarks.timing import median_seconds
+from benchmarks.common.timing import median_seconds
 from whosaid.audio.loading import load_audio_file
 from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
 

@@ -1,9 +1,9 @@
 """Known speakers on real conversations: enrol each speaker from one clean turn of the first half,
 name the second half.
 
-    .venv/bin/python -m benchmarks.known_conversations [--threshold 0.5]
+    .venv/bin/python -m benchmarks.diarization.known_conversations [--threshold 0.5]
 
-For each conversation of `benchmarks.scoring.conversations()`: every speaker with a turn of at
+For each conversation of `benchmarks.common.scoring.conversations()`: every speaker with a turn of at
 least 3 s where nobody else talks in the first half is enrolled from it (at most its middle 10 s,
 as a user would cut a reference clip); the second half is then diarized by the built-in diarizer
 as a request of its own and its speakers matched against the enrolled voices
@@ -25,8 +25,8 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks.known_speakers import FRAME_S, activity, clean_pieces, tally
-from benchmarks.scoring import Recording, conversations
+from benchmarks.common.scoring import Recording, conversations
+from benchmarks.diarization.known_speakers import FRAME_S, activity, clean_pieces, tally
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.results import Diarization
 from whosaid.speakers.known import KnownVoice, SpeakerIdentifier, mean_voice, rename

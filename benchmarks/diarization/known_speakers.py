@@ -1,7 +1,7 @@
 """Known speakers on real voices: enrol the AMI speakers who recur across snippets, name them in
 the other snippets, and measure the scores the matching threshold is chosen from.
 
-    .venv/bin/python -m benchmarks.known_speakers [--ami-dir tests/data/ami] [--threshold 0.45]
+    .venv/bin/python -m benchmarks.diarization.known_speakers [--ami-dir tests/data/ami] [--threshold 0.45]
 
 Enrolment: each speaker heard in two or more snippets is enrolled once, from the snippet holding
 their longest clean turn (no other reference speaker talking), cut from the reference RTTM. Every
@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks.scoring import read_rttm
+from benchmarks.common.scoring import read_rttm
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
@@ -183,7 +183,7 @@ class Measurement:
 def measure(ami_dir: Path, threshold: Optional[float] = None, *, verbose: bool = True) -> tuple[Measurement, float]:
     """Enrols the recurring speakers, diarizes and names every snippet; (the measurement, the
     threshold the identifier used)."""
-    from benchmarks.diarization import oracle_diarization
+    from benchmarks.diarization.builtin import oracle_diarization
 
     say = print if verbose else (lambda *args: None)
     references = read_rttm(ami_dir / "ami-train.rttm")

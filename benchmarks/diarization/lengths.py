@@ -2,7 +2,7 @@
 consecutive AMI snippets (tests/data/ami) end to end, one starting at each of the ten snippets
 (wrapping round), scored together.
 
-    .venv/bin/python -m benchmarks.diarization_lengths --snippets 1,2,3,4,6 --steps 2.5,5
+    .venv/bin/python -m benchmarks.diarization.lengths --snippets 1,2,3,4,6 --steps 2.5,5
 
 DER: pyannote.metrics, no collar, overlapped speech scored, no speaker count given, aggregated
 over the ten meetings of each length. AMI speaker ids are global, so a person heard in two
@@ -15,8 +15,8 @@ import argparse
 
 import numpy as np
 
-from benchmarks.diarization import SAMPLE_RATE_HZ, der
-from benchmarks.scoring import AMI_DIR, new_metric, read_rttm
+from benchmarks.common.scoring import AMI_DIR, new_metric, read_rttm
+from benchmarks.diarization.builtin import SAMPLE_RATE_HZ, der
 
 
 def main() -> None:

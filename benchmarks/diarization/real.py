@@ -1,9 +1,9 @@
 """The built-in diarizer's DER on every real recording with a reference, one table per kind.
 
-    .venv/bin/python -m benchmarks.diarization_real [--oracle] [--threshold 1.05] [--step 2.5]
-    .venv/bin/python -m benchmarks.diarization_real --cost models/whisper-base --repeats 3
+    .venv/bin/python -m benchmarks.diarization.real [--oracle] [--threshold 1.05] [--step 2.5]
+    .venv/bin/python -m benchmarks.diarization.real --cost models/whisper-base --repeats 3
 
-Kinds and scoring as `benchmarks.scoring` sets them (meetings: the ten AMI snippets, no collar;
+Kinds and scoring as `benchmarks.common.scoring` sets them (meetings: the ten AMI snippets, no collar;
 conversations: ../shared/data/conversations when present, 0.25 s collar; pyannote's sample),
 overlapped speech scored, no speaker count given, the diarizer's defaults (the step by
 recording length on CPU). `--oracle` adds the same segmentation and reconstruction with
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from benchmarks.scoring import Recording, as_tracks, recordings, score
+from benchmarks.common.scoring import Recording, as_tracks, recordings, score
 
 LANGUAGES = {"meeting": "en", "sample": "en", "conversation": "de"}
 
@@ -29,7 +29,7 @@ def diarize_all(
     """(recording, duration_s, turns) of the diarizer, and of oracle clustering when asked."""
     import torch
 
-    from benchmarks.diarization import oracle_diarization
+    from benchmarks.diarization.builtin import oracle_diarization
     from whosaid.audio.loading import load_audio_file
     from whosaid.speaker_hints import SpeakerHints
     from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions
@@ -70,8 +70,8 @@ def cost(
     """The diarizer's time beside the speech recognition's, per file."""
     import torch
 
-    from benchmarks.diarization import time_asr
-    from benchmarks.timing import median_seconds
+    from benchmarks.common.timing import median_seconds
+    from benchmarks.diarization.builtin import time_asr
     from whosaid.audio.loading import load_audio_file
     from whosaid.speaker_hints import SpeakerHints
     from whosaid.speakers.builtin import BuiltinDiarizer, BuiltinDiarizerOptions

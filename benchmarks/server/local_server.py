@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_READY_TIMEOUT_S = 600  # model loading: seconds on a warm disk, minutes for Hub downloads
 SERVER_STOP_TIMEOUT_S = 30
 

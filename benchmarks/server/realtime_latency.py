@@ -14,7 +14,7 @@ session holds real time when that lag stays bounded (a few seconds) instead of g
 recording. Real-time factor: the session's wall time from first audio to last `completed`,
 over its audio's duration.
 
-    python -m benchmarks.realtime_latency --model models/whisper-base --sessions 1,2,4
+    python -m benchmarks.server.realtime_latency --model models/whisper-base --sessions 1,2,4
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.clips import sample_dir
-from benchmarks.local_server import free_port, start_server, wait_until_ready
+from benchmarks.common.clips import sample_dir
+from benchmarks.server.local_server import free_port, start_server, wait_until_ready
 from whosaid.cli.listen import TAIL_SILENCE_S, read_pcm, session_config, stream
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFIX_PADDING_S = 0.3
 RECORDINGS = [sample_dir() / "sample.wav", *sorted((REPO_ROOT / "tests" / "data" / "ami").glob("ami_trn0[0-2].wav"))]
 

@@ -3,8 +3,8 @@ SDK against `python -m whosaid serve` on loopback, on the ten AMI snippets of te
 joined into one 5-minute meeting. Prints the seconds to the first `transcript.text.delta`, to
 `transcript.text.done`, their ratio and the number of deltas, for each of `--runs` requests.
 
-    python -m benchmarks.stream_latency                       # whisper-base, the built-in diarizer
-    python -m benchmarks.stream_latency --diarization none    # ASR only
+    python -m benchmarks.server.stream_latency                       # whisper-base, the built-in diarizer
+    python -m benchmarks.server.stream_latency --diarization none    # ASR only
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.local_server import REPO_ROOT, free_port, start_server, wait_until_ready
+from benchmarks.server.local_server import REPO_ROOT, free_port, start_server, wait_until_ready
 
 AMI_DIR = REPO_ROOT / "tests" / "data" / "ami"
 

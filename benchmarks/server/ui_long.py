@@ -1,7 +1,7 @@
 """The HTML transcript of a long meeting in headless Chromium: how long it takes to draw, how
 many elements it holds, how long a seek (word highlight) and a rename take.
 
-    python -m benchmarks.ui_long [--hours 1] [--speakers 10]
+    python -m benchmarks.server.ui_long [--hours 1] [--speakers 10]
 
 The transcript is made up (no model runs): a meeting of `--speakers` people taking turns of
 2-20 s, three words a second, every tenth turn overlapping the next by 1 s, so its size is an

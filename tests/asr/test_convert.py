@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
-from benchmarks.wer import normalise_text
+from benchmarks.common.wer import normalise_text
 from tests.support.ctranslate2_models import faster_whisper_dir
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ as SAMPLE_RATE_HZ
 from whosaid.convert.errors import ConversionError

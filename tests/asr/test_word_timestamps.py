@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 
-from benchmarks.word_timestamps import matched_words
+from benchmarks.asr.word_timestamps import matched_words
 from tests.support.ctranslate2_models import faster_whisper_dir
 from whosaid.config import InferenceConfig
 from whosaid.errors import InvalidParametersError

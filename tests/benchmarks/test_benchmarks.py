@@ -43,7 +43,7 @@ def only_file(directory: Path, pattern: str) -> Path:
 
 @pytest.mark.slow
 def test_speed_smoke_compares_all_implementations(tmp_path: Path) -> None:
-    run_script("-m", "benchmarks.speed", "--smoke", "--output-dir", str(tmp_path))
+    run_script("-m", "benchmarks.asr.speed", "--smoke", "--output-dir", str(tmp_path))
 
     result = json.loads(only_file(tmp_path, "speed-*.json").read_text())
     rows = {row["implementation"]: row for row in result["rows"]}
@@ -70,7 +70,7 @@ def test_speed_times_assisted_modes_and_diarization(
     assistant = tiny_whisper("bench-distil", seed=1, decoder_layers=1, encoder_of=main)
     run_script(
         "-m",
-        "benchmarks.speed",
+        "benchmarks.asr.speed",
         "--model",
         str(main),
         "--implementations",
@@ -176,7 +176,7 @@ def test_runner_against_a_real_server(tmp_path: Path) -> None:
 
 
 def test_added_memory_is_the_peak_over_the_rss_after_loading() -> None:
-    from benchmarks.speed_report import added_mib, headline_ratios
+    from benchmarks.asr.speed_report import added_mib, headline_ratios
 
     ours = {
         "clip": "30", "implementation": "whosaid", "median_s": 2.0,
@@ -195,7 +195,7 @@ def test_added_memory_is_the_peak_over_the_rss_after_loading() -> None:
 def test_shifted_silence_is_put_before_the_samples_and_nothing_else_changes() -> None:
     import numpy as np
 
-    from benchmarks.shifted_wer import shifted
+    from benchmarks.asr.shifted_wer import shifted
 
     samples = np.arange(1, 5, dtype=np.float32)
     assert np.array_equal(shifted(samples, 0), samples)
@@ -208,11 +208,11 @@ def test_shifted_silence_is_put_before_the_samples_and_nothing_else_changes() ->
 def test_shifted_wer_scores_every_shift_of_every_implementation(tmp_path: Path) -> None:
     import statistics
 
-    from benchmarks.wer import word_error_rate
+    from benchmarks.common.wer import word_error_rate
 
     implementations = ("whosaid", "faster-whisper-fp32-greedy")
     run_script(
-        "-m", "benchmarks.shifted_wer", "--model", "whisper-tiny.en", "--clips", "smoke", "--shifts-ms", "0,20",
+        "-m", "benchmarks.asr.shifted_wer", "--model", "whisper-tiny.en", "--clips", "smoke", "--shifts-ms", "0,20",
         "--implementations", ",".join(implementations), "--output-dir", str(tmp_path),
     )
 
@@ -234,14 +234,14 @@ def test_shifted_wer_scores_every_shift_of_every_implementation(tmp_path: Path) 
 
 def test_shifted_wer_refuses_an_unknown_implementation() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.shifted_wer", "--implementations", "whosaid,nope"],
+        [sys.executable, "-m", "benchmarks.asr.shifted_wer", "--implementations", "whosaid,nope"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
     )
     assert result.returncode != 0 and "unknown implementation(s) nope; choose from whosaid," in result.stderr
 
 
 def test_wer_real_normalises_as_whisper_does_and_pools_errors_over_words() -> None:
-    from benchmarks.wer_real import errors, pooled
+    from benchmarks.asr.wer_real import errors, pooled
 
     # Bracketed tags go, case and punctuation do not count, contractions expand on both sides.
     assert errors("I have a [noise] cold, <VOCNOISE> isn't it?", "i have a cold is not it", "en") == (0, 7)
@@ -254,13 +254,13 @@ def test_wer_real_normalises_as_whisper_does_and_pools_errors_over_words() -> No
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_ASR / "README.md").is_file(), reason=f"no transcribed speech in {SHARED_ASR}")
 def test_wer_real_scores_real_clips_in_their_language(tmp_path: Path) -> None:
-    from benchmarks.wer_real import clips, errors
+    from benchmarks.asr.wer_real import clips, errors
 
     names = ("ljspeech_LJ001-0004", "picovoice_leopard_en")
     assert {clip.name: clip.language for clip in clips() if clip.name in names} == dict.fromkeys(names, "en")
     assert {clip.language for clip in clips()} == {"en", "de", "fr"}
     run_script(
-        "-m", "benchmarks.wer_real", "--model", "whisper-tiny.en", "--implementations", "whosaid",
+        "-m", "benchmarks.asr.wer_real", "--model", "whisper-tiny.en", "--implementations", "whosaid",
         "--clips", ",".join(names), "--output-dir", str(tmp_path),
     )
     rows = json.loads(only_file(tmp_path, "wer-real-*.json").read_text())["rows"]
@@ -275,7 +275,7 @@ def test_wer_real_scores_real_clips_in_their_language(tmp_path: Path) -> None:
 
 
 def test_batch_ray_per_actor_throughput_counts_only_finished_recordings(tmp_path: Path) -> None:
-    from benchmarks.batch_ray import per_actor
+    from benchmarks.server.batch_ray import per_actor
 
     rows = [
         {"worker": "a:1", "status": "ok", "duration_s": 30.0, "elapsed_s": 10.0},
@@ -294,7 +294,7 @@ def test_batch_ray_per_actor_throughput_counts_only_finished_recordings(tmp_path
 def test_memory_growth_points_are_kind_and_minutes() -> None:
     import argparse
 
-    from benchmarks.memory_growth import DEFAULT_POINTS, parse_point
+    from benchmarks.memory.memory_growth import DEFAULT_POINTS, parse_point
 
     assert parse_point("speech:20") == ("speech", 20.0) and parse_point("silence:0.5") == ("silence", 0.5)
     assert [parse_point(point)[0] for point in DEFAULT_POINTS].count("speech") == 3

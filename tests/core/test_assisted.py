@@ -135,7 +135,7 @@ def test_auto_assists_up_to_the_crossover_duration(crossover_engine, sample_audi
 
 
 def test_auto_never_assists_on_cpu_by_default(make_engine, models, clips) -> None:
-    """On CPU speculative decoding lost at every length measured (benchmarks/assisted.py):
+    """On CPU speculative decoding lost at every length measured (benchmarks/asr/assisted.py):
     without ASSISTED_MAX_DURATION_S, 'auto' decodes batched there; true still assists."""
     from whosaid.recognition.assisted import DEFAULT_ASSISTED_MAX_DURATION_S
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.scoring import AMI_DIR, as_tracks, der, new_metric, read_rttm
+from benchmarks.common.scoring import AMI_DIR, as_tracks, der, new_metric, read_rttm
 from tests.support.threads import torch_threads
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.errors import InvalidParametersError
@@ -257,7 +257,7 @@ def sample_embeddings(builtin_diarizer: BuiltinDiarizer, sample_audio: Audio):
 def test_clustering_given_embeddings_is_what_diarize_does(
     builtin_diarizer: BuiltinDiarizer, sample_audio: Audio
 ) -> None:
-    # What benchmarks/diarization_sweep.py relies on: one segmentation and its embeddings, clustered
+    # What benchmarks/diarization/sweep.py relies on: one segmentation and its embeddings, clustered
     # at several thresholds without embedding again.
     hints = SpeakerHints()
     segmentations = builtin_diarizer.segment(sample_audio)

@@ -248,7 +248,7 @@ def test_missing_or_wrong_models_fail_at_load_with_what_to_do(monkeypatch, tmp_p
 
 @pytest.mark.slow
 def test_word_error_rate_of_converted_base_on_pyannote_sample(monkeypatch, converted_model, sample_wav) -> None:
-    from benchmarks.wer import word_error_rate
+    from benchmarks.common.wer import word_error_rate
 
     handler = make_handler(monkeypatch, converted_model("whisper-base"))
     response = handler({"inputs": b64(sample_wav.read_bytes()), "parameters": {"language": "en"}})

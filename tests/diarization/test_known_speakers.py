@@ -231,7 +231,7 @@ def wav_bytes(samples: np.ndarray, rate_hz: int = 16_000) -> bytes:
 def clean_speech(file: str, speaker: str, max_s: float = 10.0) -> bytes:
     """A reference for `speaker`: their clean pieces of an AMI snippet (no other reference
     speaker talking), concatenated, at most `max_s`."""
-    from benchmarks.known_speakers import clean_pieces, cut, read_rttm
+    from benchmarks.diarization.known_speakers import clean_pieces, cut, read_rttm
     from whosaid.audio.loading import load_audio_file
 
     pieces = clean_pieces(read_rttm(AMI / "ami-train.rttm")[file], speaker)
@@ -250,10 +250,10 @@ def snippet(file: str, seconds: float) -> bytes:
 
 @pytest.mark.slow
 def test_identification_on_the_ami_snippets_stays_as_measured() -> None:
-    """The issue's measurement (benchmarks/known_speakers.py, benchmarks/README.md "Known
+    """The issue's measurement (benchmarks/diarization/known_speakers.py, benchmarks/README.md "Known
     speakers"): each recurring speaker enrolled from one snippet, the ten snippets diarized and
     named. The bounds sit near the measured figures, each about a second of speech or more away."""
-    from benchmarks.known_speakers import measure
+    from benchmarks.diarization.known_speakers import measure
 
     result, threshold = measure(AMI, verbose=False)
     assert threshold == 0.5
@@ -315,10 +315,10 @@ def test_the_voice_library_is_listed_behind_the_api_key(server: str) -> None:
 def test_openai_sdk_names_known_speakers_on_another_meeting(server: str) -> None:
     """trn09: FEE083 (library, enrolled from trn06) talks most; MEE094 and MEE095 are not
     enrolled; MÉO069 (a request reference from trn03) is not in it and must not be invented.
-    FEE083's identification accuracy stays within what benchmarks/known_speakers.py measured."""
+    FEE083's identification accuracy stays within what benchmarks/diarization/known_speakers.py measured."""
     from openai import OpenAI
 
-    from benchmarks.known_speakers import activity, read_rttm
+    from benchmarks.diarization.known_speakers import activity, read_rttm
 
     client = OpenAI(base_url=f"{server}/v1", api_key=API_KEY)
     audio = (AMI / "ami_trn09.wav").read_bytes()

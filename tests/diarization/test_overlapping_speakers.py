@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 import pytest
 import requests
 
-from benchmarks.wer import normalise_text
+from benchmarks.common.wer import normalise_text
 from tests.support.conversation import MEETING_SCRIPT, Conversation, build_conversation, espeak_available
 from tests.support.server import threaded_server
 from whosaid.audio.loading import Audio

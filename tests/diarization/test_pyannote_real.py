@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import scoring
+from benchmarks.common import scoring
 from tests.support.pyannote_local import build_random_diarization_pipeline
 from whosaid.audio.loading import Audio
 from whosaid.errors import InvalidParametersError

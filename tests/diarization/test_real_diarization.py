@@ -1,6 +1,6 @@
 """The built-in diarizer and known speakers on real two- and three-person conversations that it was
 not fitted on alone (../shared/data/conversations; skipped where that folder is absent), scored as
-benchmarks/scoring.py sets out: a 0.25 s collar, overlapped speech scored, no speaker count given.
+benchmarks/common/scoring.py sets out: a 0.25 s collar, overlapped speech scored, no speaker count given.
 benchmarks/README.md ("Who spoke when on recordings it was not tuned on") has the figures these
 bounds sit near and the commands that measure them."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks import known_conversations
-from benchmarks.scoring import CONVERSATIONS_DIR, as_tracks, conversations, score
+from benchmarks.common.scoring import CONVERSATIONS_DIR, as_tracks, conversations, score
+from benchmarks.diarization import known_conversations
 from whosaid.audio.loading import load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.speaker_hints import SpeakerHints

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 import jiwer
 import pytest
 
-from benchmarks.wer import normalise_text
+from benchmarks.common.wer import normalise_text
 from tests.support.conversation import FAST_EXCHANGE_SCRIPT, FAST_VOICES, Conversation, build_conversation
 from whosaid.audio.loading import Audio, audio_from_array
 from whosaid.config import InferenceConfig

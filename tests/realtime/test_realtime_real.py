@@ -13,7 +13,7 @@ import pytest
 import requests
 from scipy.optimize import linear_sum_assignment
 
-from benchmarks.wer import word_error_rate
+from benchmarks.common.wer import word_error_rate
 from tests.support.realtime import pcm24, sdk_session
 from tests.support.server import cpu_server, tiny_en_with_builtin_diarizer
 from whosaid.audio.loading import load_audio_file

@@ -15,7 +15,7 @@ import pytest
 import requests
 from openai import APIError, BadRequestError, OpenAI, UnprocessableEntityError
 
-from benchmarks.wer import word_error_rate
+from benchmarks.common.wer import word_error_rate
 from tests.support.audio_files import encode
 from tests.support.server import cpu_server, threaded_server, tiny_en_with_builtin_diarizer, wait_until
 from whosaid.audio.loading import load_audio_file

@@ -2,7 +2,7 @@
 // every server supports) back to back. Shows how latency grows with queueing and where the
 // server starts refusing work (429 once its job queue is full).
 //
-//   k6 run -e SHORT_AUDIO=/abs/short.wav -e RAMP_STAGES=30s:1,30s:2,30s:4 benchmarks/k6/ramp.js
+//   k6 run -e SHORT_AUDIO=/abs/short.wav -e RAMP_STAGES=30s:1,30s:2,30s:4 benchmarks/server/k6/ramp.js
 //
 // Environment (plus those in lib.js):
 //   RAMP_STAGES   comma-separated duration:target-VUs steps (default 20s:1,20s:2,20s:4: sized for a

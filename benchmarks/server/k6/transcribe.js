@@ -3,7 +3,7 @@
 // iteration sends each enabled scenario once, in turn, so the latencies never include queueing
 // behind another of our own requests (the ramp script measures that).
 //
-//   k6 run -e SHORT_AUDIO=/abs/short.wav -e LONG_AUDIO=/abs/long.wav benchmarks/k6/transcribe.js
+//   k6 run -e SHORT_AUDIO=/abs/short.wav -e LONG_AUDIO=/abs/long.wav benchmarks/server/k6/transcribe.js
 //
 // Environment (plus those in lib.js):
 //   ITERATIONS    iterations per VU (default 2)

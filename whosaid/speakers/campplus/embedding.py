@@ -60,7 +60,7 @@ class CamPlusPlusEmbedding:
     # was not tuned on").
     clustering_threshold = 1.08
     # Known speakers' default match: above every different-speaker score that
-    # benchmarks/known_speakers.py measures, so that a large library names few strangers.
+    # benchmarks/diarization/known_speakers.py measures, so that a large library names few strangers.
     same_speaker_similarity = 0.5
 
     def __init__(self, network: CamPlusPlus, min_num_frames: int = MIN_NUM_FRAMES) -> None:
