@@ -142,7 +142,7 @@ def describe_machine(info: dict[str, Any]) -> str:
 
 # torch and CTranslate2 both run their CPU kernels on GNU OpenMP, whose idle threads spin
 # (OMP_WAIT_POLICY=active behaviour) before they sleep. On a machine whose cores other work also
-# wants, spinning threads steal each other's time (the figures: benchmarks/README.md). PASSIVE keeps
+# wants, spinning threads steal each other's time (the figures: benchmarks/CHANGELOG.md). PASSIVE keeps
 # the numbers steady; "default" leaves the variable as it is.
 OMP_WAIT_POLICIES = ("passive", "default", "active")
 DEFAULT_OMP_WAIT_POLICY = "passive"

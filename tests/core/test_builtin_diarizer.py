@@ -80,7 +80,7 @@ def test_der_on_ten_ami_meeting_snippets_without_a_speaker_count(builtin_diarize
         assert_well_formed(diarization, audio.duration_s)
         per_file[name] = round(score(metric, reference, diarization.turns, audio.duration_s), 3)
     print(per_file)
-    # benchmarks/README.md has the per-file figures and the floor of this segmentation.
+    # benchmarks/CHANGELOG.md has the per-file figures and the floor of this segmentation.
     assert abs(metric) <= 0.28, per_file
 
 
@@ -100,7 +100,7 @@ def test_the_step_is_finer_on_short_recordings_and_a_setting_overrides_it(
     builtin_diarizer: BuiltinDiarizer, ami
 ) -> None:
     # On CPU: four chunks see each instant up to a minute, two beyond (the diarizer's cost then
-    # stays under a third of the speech recognition's; benchmarks/README.md has both measured).
+    # stays under a third of the speech recognition's; benchmarks/CHANGELOG.md has both measured).
     steps = [builtin_diarizer.step_s(seconds) for seconds in (0.5, 30.0, 60.0, 60.1, 3600.0)]
     assert steps == [2.5, 2.5, 2.5, 5.0, 5.0]
     meeting = Audio(np.concatenate([audio.samples for audio, _ in list(ami.values())[:3]]))  # 90 s
@@ -117,7 +117,7 @@ def test_the_step_is_finer_on_short_recordings_and_a_setting_overrides_it(
 
 def test_der_on_two_minute_meetings_at_the_long_recordings_step(builtin_diarizer: BuiltinDiarizer, ami) -> None:
     # Four consecutive AMI snippets end to end, from each of the ten: ten 2-minute meetings that
-    # the 5 s step diarizes, 5-14 speakers each (benchmarks/README.md: 0.385; 0.353 with the
+    # the 5 s step diarizes, 5-14 speakers each (benchmarks/CHANGELOG.md: 0.385; 0.353 with the
     # centroid linkage that the real conversations showed wrong).
     snippets = list(ami.values())
     metric = new_metric()

@@ -119,7 +119,7 @@ def test_int8_outside_cpu_float32_is_refused_with_what_to_do(tiny_whisper) -> No
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_word_error_rate_of_base_with_vad_windows(converted_model, sample_wav, quantization) -> None:
     """The fast path's quality on pyannote's sample, float32 and int8, under bounds the original
-    handler's pipeline (30 s cut, 5 beams: 0.296) does not meet; benchmarks/README.md has the
+    handler's pipeline (30 s cut, 5 beams: 0.296) does not meet; benchmarks/CHANGELOG.md has the
     measured rates. int8's bound is looser: its matrix products run on whichever integer kernels the
     CPU has (AVX2, AVX-512 VNNI, AMX), which round differently, so its transcript moves from one
     CPU to another (0.185 to 0.210 measured with one activation scale per encoder window; 0.185

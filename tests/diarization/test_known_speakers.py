@@ -250,7 +250,7 @@ def snippet(file: str, seconds: float) -> bytes:
 
 @pytest.mark.slow
 def test_identification_on_the_ami_snippets_stays_as_measured() -> None:
-    """The issue's measurement (benchmarks/diarization/known_speakers.py, benchmarks/README.md "Known
+    """The issue's measurement (benchmarks/diarization/known_speakers.py, benchmarks/CHANGELOG.md "Known
     speakers"): each recurring speaker enrolled from one snippet, the ten snippets diarized and
     named. The bounds sit near the measured figures, each about a second of speech or more away."""
     from benchmarks.diarization.known_speakers import measure

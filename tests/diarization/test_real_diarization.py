@@ -1,7 +1,7 @@
 """The built-in diarizer and known speakers on real two- and three-person conversations that it was
 not fitted on alone (../shared/data/conversations; skipped where that folder is absent), scored as
 benchmarks/common/scoring.py sets out: a 0.25 s collar, overlapped speech scored, no speaker count given.
-benchmarks/README.md ("Who spoke when on recordings it was not tuned on") has the figures these
+benchmarks/CHANGELOG.md ("Who spoke when on recordings it was not tuned on") has the figures these
 bounds sit near and the commands that measure them."""
 
 from __future__ import annotations

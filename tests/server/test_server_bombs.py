@@ -32,10 +32,10 @@ pytestmark = pytest.mark.slow
 LIMIT_S = 30.0
 BOMB_S = 600.0  # ten minutes: twenty times the limit
 MAX_GROWTH_MB = 100.0
-# Four hours of silence accepted: the peak measured is in benchmarks/README.md ("Memory against
+# Four hours of silence accepted: the peak measured is in benchmarks/CHANGELOG.md ("Memory against
 # recording length"); it was 4.4 GB before the audio store.
 MAX_SILENCE_GROWTH_MB = 150.0
-# A wide margin over the measured times (benchmarks/README.md): the test machine is shared.
+# A wide margin over the measured times (benchmarks/CHANGELOG.md): the test machine is shared.
 MAX_ANSWER_S = 1.0
 ROUTES = ("raw", "transcriptions", "json")
 BOMBS_BY_NAME = {bomb.name: bomb for bomb in BOMBS}

@@ -36,7 +36,7 @@ class FallbackOptions:
     """When a greedy window is not trusted and is decoded again with beam search, and when it is
     silence. The defaults are openai/whisper's (transcribe.py); deterministic, no sampling
     temperatures. Greedy first, beams only where the checks fail: beams on every window cost
-    several times the time for no better transcript (benchmarks/README.md, "Numbers behind the
+    several times the time for no better transcript (benchmarks/CHANGELOG.md, "Numbers behind the
     code's choices")."""
 
     #: Text that compresses better than this (zlib, bytes in / bytes out) is repeating itself.

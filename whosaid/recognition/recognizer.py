@@ -314,7 +314,7 @@ class SpeechRecognizer:
                 and needs_fallback(result, self.text(result.tokens), self.fallback)
             ]
             # One window per beam search: it holds num_beams rows of keys and values per window
-            # (benchmarks/README.md, "Numbers behind the code's choices"), and few windows fall back.
+            # (benchmarks/CHANGELOG.md, "Numbers behind the code's choices"), and few windows fall back.
             for index in retry:
                 (tokens[index],) = self.generate_tokens(
                     features[index : index + 1],
@@ -484,7 +484,7 @@ def window_batches(
     its own before them: its text then comes after one window's decoding, which is what a stream
     or a progress display waits for first, and an initial prompt conditions it alone. Without a
     stream, progress or prompt the windows go in full batches: a batch of 1 then 3 windows reads
-    every decoder weight in twice as many steps as one of 4 (benchmarks/README.md, "Cross-attention
+    every decoder weight in twice as many steps as one of 4 (benchmarks/CHANGELOG.md, "Cross-attention
     per frame in int8, and the first window alone only for streams"). So a stream's text may
     differ from the non-streamed answer's where a window's batch moves a token: in float32 only
     by float rounding (the same text in every case measured); in int8 a batch's rows share the

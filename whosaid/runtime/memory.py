@@ -28,7 +28,7 @@ def freeze_loaded_objects() -> None:
     """Once models are loaded: collect what loading left, then move every object the collector
     tracks (the models, the libraries' modules and tables: hundreds of thousands) out of its reach
     (`gc.freeze`). Collections after a request then walk only what was made since, not the whole
-    process (what that saves: benchmarks/README.md, "Half copies of the weights"). Frozen objects
+    process (what that saves: benchmarks/CHANGELOG.md, "Half copies of the weights"). Frozen objects
     are still freed when their last reference goes; only garbage in reference cycles waits, until
     the next call: each call first gives the collector back what an earlier one froze (a process
     that loads models again, such as a test run, frees the cycles of those it dropped)."""

@@ -31,7 +31,7 @@ from whosaid.runtime.parallel import map_batches
 __all__ = ["ChunkSegmentation"]
 
 # Chunks per batch on CPU, where batches run side by side on one thread each: the LSTM's cost per
-# chunk is lowest around 4 (benchmarks/README.md), and the first convolution still covers 17.5 s
+# chunk is lowest around 4 (benchmarks/CHANGELOG.md), and the first convolution still covers 17.5 s
 # for four 10 s chunks at the 2.5 s step.
 CPU_BATCH_CHUNKS = 4
 
