@@ -10,6 +10,7 @@ from benchmarks.asr.speed_implementations import IMPLEMENTATIONS
 from benchmarks.common.clips import Clip, word_error_rate
 from benchmarks.common.environment import describe_machine
 from benchmarks.common.report import fmt, fmt_load, markdown_table
+from benchmarks.common.scoring import new_metric
 
 # pyannote.metrics' collar is the total width around each reference boundary: 0.5 is +-0.25 s,
 # which is what NIST md-eval (and most papers) call "collar 0.25".
@@ -54,7 +55,6 @@ def diarization_error_rates(clip: Clip, turns: list[list[Any]]) -> dict[str, Any
     overlap-aware diarizer's overlapping turns both count, and a diarizer with one speaker at a
     time misses the second speaker of an overlap, as a user would experience it."""
     from pyannote.core import Annotation, Segment, Timeline
-    from pyannote.metrics.diarization import DiarizationErrorRate
 
     reference, hypothesis = Annotation(), Annotation()
     for index, turn in enumerate(clip.reference_turns):
@@ -64,7 +64,7 @@ def diarization_error_rates(clip: Clip, turns: list[list[Any]]) -> dict[str, Any
     uem = Timeline([Segment(0.0, clip.duration_s)])
     rates: dict[str, Any] = {"speakers_found": len(set(hypothesis.labels()))}
     for key, collar in DER_COLLARS.items():
-        metric = DiarizationErrorRate(collar=collar, skip_overlap=False)
+        metric = new_metric(collar)
         rates[key] = float(metric(reference, hypothesis, uem=uem))
     return rates
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 # speed_report.py takes word_error_rate from here; it lives in benchmarks/common/wer.py, shared with the tests.
+from benchmarks.common.scoring import rttm_turns
 from benchmarks.common.wer import word_error_rate as word_error_rate
 from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 
@@ -101,13 +102,7 @@ def read_utterances(path: Path | None = None) -> tuple[Utterance, ...]:
 def read_turns(path: Path | None = None) -> tuple[Turn, ...]:
     """sample.rttm SPEAKER lines: `SPEAKER file channel onset duration <NA> <NA> speaker ...`."""
     path = path or sample_dir() / "sample.rttm"
-    turns = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        fields = line.split()
-        if len(fields) >= 8 and fields[0] == "SPEAKER":
-            onset, duration = float(fields[3]), float(fields[4])
-            turns.append(Turn(onset, onset + duration, fields[7]))
-    return tuple(turns)
+    return tuple(Turn(*turn) for turn in rttm_turns(path.read_text(encoding="utf-8")))
 
 
 def build_clip(spec: str) -> Clip:

@@ -33,15 +33,37 @@ COLLARS_S = {"meeting": 0.0, "conversation": 0.25, "sample": 0.0}
 Turn = tuple[float, float, str]
 
 
-def read_rttm(path: Path) -> dict[str, list[Turn]]:
-    """file id -> [(start_s, end_s, speaker)] of an RTTM file's SPEAKER lines."""
-    turns: dict[str, list[Turn]] = defaultdict(list)
-    for line in path.read_text().splitlines():
+def _speaker_lines(text: str) -> Iterable[tuple[str, Turn]]:
+    """(file id, (start_s, end_s, speaker)) of each SPEAKER line, in order."""
+    for line in text.splitlines():
         fields = line.split()
         if fields and fields[0] == "SPEAKER":
             start_s = float(fields[3])
-            turns[fields[1]].append((start_s, start_s + float(fields[4]), fields[7]))
+            yield fields[1], (start_s, start_s + float(fields[4]), fields[7])
+
+
+def parse_rttm(text: str) -> dict[str, list[Turn]]:
+    """file id -> [(start_s, end_s, speaker)] of RTTM text's SPEAKER lines."""
+    turns: dict[str, list[Turn]] = defaultdict(list)
+    for file_id, turn in _speaker_lines(text):
+        turns[file_id].append(turn)
     return dict(turns)
+
+
+def rttm_turns(text: str) -> list[Turn]:
+    """(start_s, end_s, speaker) of every SPEAKER line of RTTM text, in order, whatever its file
+    id (one recording's RTTM, such as an answer of the server)."""
+    return [turn for _, turn in _speaker_lines(text)]
+
+
+def rttm_speakers(text: str) -> set[str]:
+    """The speaker names of RTTM text's SPEAKER lines."""
+    return {speaker for _, _, speaker in rttm_turns(text)}
+
+
+def read_rttm(path: Path) -> dict[str, list[Turn]]:
+    """file id -> [(start_s, end_s, speaker)] of an RTTM file's SPEAKER lines."""
+    return parse_rttm(path.read_text())
 
 
 def sample_wav() -> Path:

@@ -13,7 +13,6 @@ pyannote's sample.wav (from the installed pyannote.audio) is always scored as we
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from benchmarks.common.scoring import Turn, read_rttm, rttm_turns, sample_wav
 from whosaid.audio.loading import load_audio_file
 from whosaid.speakers.campplus.embedding import CamPlusPlusEmbedding
 
@@ -34,14 +34,12 @@ class Segment:
     samples: np.ndarray
 
 
-def single_speaker_segments(wav: Path, rttm_lines: list[str], min_segment_s: float) -> list[Segment]:
+def single_speaker_segments(wav: Path, turns: list[Turn], min_segment_s: float) -> list[Segment]:
     samples = load_audio_file(wav).samples
     num_frames = len(samples) * FRAMES_PER_S // SAMPLE_RATE_HZ
     speaking: dict[str, np.ndarray] = {}
-    for line in rttm_lines:
-        fields = line.split()
-        start, end = float(fields[3]), float(fields[3]) + float(fields[4])
-        active = speaking.setdefault(fields[7], np.zeros(num_frames, bool))
+    for start, end, speaker in turns:
+        active = speaking.setdefault(speaker, np.zeros(num_frames, bool))
         active[int(start * FRAMES_PER_S) : int(end * FRAMES_PER_S)] = True
     if not speaking:
         return []
@@ -85,20 +83,18 @@ def score(embeddings: np.ndarray, speakers: list[str]) -> tuple[np.ndarray, np.n
 
 
 def data_sets(ami_dir: Path | None, min_segment_s: float) -> dict[str, list[Segment]]:
-    spec = importlib.util.find_spec("pyannote.audio")
-    assert spec is not None and spec.origin is not None, "pyannote.audio is not installed"
-    sample = Path(spec.origin).parent / "sample" / "sample.wav"
+    sample = sample_wav()
     sets = {
         "pyannote sample.wav": single_speaker_segments(
-            sample, sample.with_suffix(".rttm").read_text().splitlines(), min_segment_s
+            sample, rttm_turns(sample.with_suffix(".rttm").read_text()), min_segment_s
         )
     }
     if ami_dir is not None:
-        lines = (ami_dir / "ami-train.rttm").read_text().splitlines()
+        references = read_rttm(ami_dir / "ami-train.rttm")
         segments = []
         for wav in sorted(ami_dir.glob("ami_*.wav")):
             uri = wav.stem.removeprefix("ami_")
-            segments += single_speaker_segments(wav, [line for line in lines if line.split()[1] == uri], min_segment_s)
+            segments += single_speaker_segments(wav, references.get(uri, []), min_segment_s)
         sets[f"AMI snippets ({ami_dir.name}/)"] = segments
     return sets
 

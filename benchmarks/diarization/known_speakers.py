@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks.common.scoring import read_rttm
+from benchmarks.common.scoring import annotation, as_tracks, new_metric, read_rttm
 from whosaid.audio.loading import Audio, load_audio_file
 from whosaid.audio.vad import VoiceActivityDetector
 from whosaid.results import Diarization, SpeakerTurn
@@ -105,15 +105,8 @@ def tally(
 def name_by_reference(diarization: Diarization, reference: list[tuple[float, float, str]]) -> Diarization:
     """Each diarized speaker named after a reference speaker, one to one, by pyannote.metrics'
     optimal mapping (the most time shared): perfect naming of a diarization."""
-    from pyannote.core import Annotation, Segment
-    from pyannote.metrics.diarization import DiarizationErrorRate
-
-    truth, system = Annotation(), Annotation()
-    for start_s, end_s, speaker in reference:
-        truth[Segment(start_s, end_s)] = speaker
-    for turn in diarization.turns:
-        system[Segment(turn.start_s, turn.end_s)] = turn.speaker
-    return rename(diarization, DiarizationErrorRate().optimal_mapping(truth, system))
+    truth, system = annotation(reference), annotation(as_tracks(diarization.turns))
+    return rename(diarization, new_metric().optimal_mapping(truth, system))
 
 
 @dataclass

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common.scoring import rttm_turns
 from tests.support.threads import torch_threads
 from whosaid.errors import ModelLoadError
 from whosaid.speakers.campplus import embedding as embedding_module
@@ -172,12 +173,7 @@ def test_segmentation_model_dir_loads_in_pyannote() -> None:
 
 
 def speaker_turns(rttm: Path) -> list[tuple[float, float, str]]:
-    turns = []
-    for line in rttm.read_text().splitlines():
-        fields = line.split()
-        start_s, duration_s, speaker = float(fields[3]), float(fields[4]), fields[7]
-        turns.append((start_s, start_s + duration_s, speaker))
-    return turns
+    return rttm_turns(rttm.read_text())
 
 
 def test_same_speaker_turns_are_closer_than_different_speakers(

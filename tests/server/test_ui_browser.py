@@ -14,6 +14,7 @@ from typing import Iterator
 import pytest
 import requests
 
+from benchmarks.common.scoring import rttm_speakers, rttm_turns
 from tests.support.browser import Page, chromium
 from tests.support.server import cpu_server, tiny_en_with_builtin_diarizer
 
@@ -127,16 +128,12 @@ def test_who_said_what_in_the_browser(server: str, page: Page, sample_wav: Path,
     page.type_into(".speaker-name[data-for='SPEAKER_01']", "Bea")
     assert page.evaluate("[...document.querySelectorAll('.lane-label')].map(e => e.textContent)") == ["Ann", "Bea"]
     rttm = page.evaluate("fetch(document.querySelector('#downloads a[download$=\".rttm\"]').href).then(r => r.text())")
-    assert {line.split()[7] for line in rttm.splitlines()} == {"Ann", "Bea"}
+    assert rttm_speakers(rttm) == {"Ann", "Bea"}
 
 
 def longest_clean_turn(rttm: Path) -> tuple[str, float, float]:
     """(speaker, start, end): the longest stretch of one speaker's turn where nobody else talks."""
-    turns = []
-    for line in rttm.read_text().splitlines():
-        fields = line.split()
-        start, duration = float(fields[3]), float(fields[4])
-        turns.append((fields[7], start, start + duration))
+    turns = [(speaker, start, end) for start, end, speaker in rttm_turns(rttm.read_text())]
     pieces = []
     for speaker, start, end in turns:
         others = sorted((s, e) for who, s, e in turns if who != speaker and s < end and start < e)
