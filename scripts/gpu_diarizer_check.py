@@ -3,10 +3,10 @@ pyannote's own `Inference` on the same device, then the whole diarizer's DER and
 pyannote's sample and the ten AMI snippets, one JSON line per check and a table at the end.
 
     python -m scripts.gpu_diarizer_check                 # CUDA (fails without one)
-    python -m scripts.gpu_diarizer_check --device cpu    # the smoke run tests/test_gpu_diarizer_check.py makes
+    python -m scripts.gpu_diarizer_check --device cpu  # the smoke run tests/benchmarks/test_gpu_diarizer_check.py makes
 
 Exit status 1 when the segmentation disagrees with pyannote's or a DER passes its bound (the
-bounds tests/test_builtin_diarizer.py holds on CPU: AMI aggregated 0.28, the sample 0.06).
+bounds tests/core/test_builtin_diarizer.py holds on CPU: AMI aggregated 0.28, the sample 0.06).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from benchmarks.diarization import der
-from benchmarks.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.common.scoring import AMI_DIR, new_metric, read_rttm, sample_wav
+from benchmarks.diarization.builtin import der
 
 AMI_BOUND = 0.28
 SAMPLE_BOUND = 0.06

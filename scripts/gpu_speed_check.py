@@ -5,7 +5,7 @@ built on the spot by `make-assistant` (tuned briefly on pyannote's sample). Ever
 word error rate against the sample's reference, so speed is read at equal quality.
 
 Needs nothing but the repository, its virtual environment and models/ (no hub): the weights are
-models/whisper-base and the CTranslate2 checkpoint it was converted from (benchmarks/models.py).
+models/whisper-base and the CTranslate2 checkpoint it was converted from (benchmarks/common/models.py).
 Run from the repository root:
 
     python -m scripts.gpu_speed_check                                    # CUDA, about 3 minutes on one GPU
@@ -114,7 +114,7 @@ def faster_whisper_runner(ct2_dir: str, device: str, batch_size: int) -> Transcr
 def build_assistant_on_the_spot(model_dir: str, device: str, steps: int) -> tuple[str, dict[str, Any]]:
     """`make-assistant` into a temporary directory: first and last decoder layers, tuned for
     `steps` on pyannote's sample."""
-    from benchmarks.clips import sample_samples
+    from benchmarks.common.clips import sample_samples
     from whosaid.assistant.build import make_assistant
     from whosaid.assistant.tune import TuningOptions
 
@@ -128,7 +128,7 @@ def build_assistant_on_the_spot(model_dir: str, device: str, steps: int) -> tupl
 def time_rows(
     name: str, batch_size: int, runner: Transcribe, clips: dict[str, Any], repeats: int, device: str
 ) -> list[Row]:
-    from benchmarks.clips import word_error_rate
+    from benchmarks.common.clips import word_error_rate
 
     rows = []
     runner(clips[next(iter(clips))].samples)  # warm-up: kernels, caches, lazy loading
@@ -156,7 +156,7 @@ def time_rows(
 
 
 def render(rows: Sequence[Row], header: str) -> str:
-    from benchmarks.report import markdown_table
+    from benchmarks.common.report import markdown_table
 
     return (
         header
@@ -209,8 +209,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     import transformers
 
-    from benchmarks.clips import build_clip
-    from benchmarks.models import resolve_model
+    from benchmarks.common.clips import build_clip
+    from benchmarks.common.models import resolve_model
 
     implementations = [name.strip() for name in args.implementations.split(",") if name.strip()]
     unknown = sorted(set(implementations) - set(IMPLEMENTATIONS))

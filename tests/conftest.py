@@ -15,7 +15,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Test processes and the servers they start share two cores: spinning OpenMP workers starve each
-# other (benchmarks/README.md has the figures). Set before torch loads its OpenMP runtime.
+# other (benchmarks/CHANGELOG.md has the figures). Set before torch loads its OpenMP runtime.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

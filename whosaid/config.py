@@ -78,7 +78,7 @@ class ModelSettings(BaseSettings):
         default=None,
         ge=0,
         description="assisted='auto' decodes audio up to this long with the assistant, longer audio "
-        "batched. Unset: the crossover measured by benchmarks/assisted.py for the device "
+        "batched. Unset: the crossover measured by benchmarks/asr/assisted.py for the device "
         "(whosaid.recognition.assisted.DEFAULT_ASSISTED_MAX_DURATION_S); 0: 'auto' never assists.",
     )
     hf_token: Optional[SecretStr] = Field(
@@ -113,7 +113,7 @@ class ModelSettings(BaseSettings):
         ge=-1,
         le=1,
         description="Cosine similarity from which a diarized speaker takes a known voice's name; "
-        "unset: the speaker embedder's own (its same_speaker_similarity). benchmarks/README.md has "
+        "unset: the speaker embedder's own (its same_speaker_similarity). benchmarks/CHANGELOG.md has "
         "the measured trade-off: lower names more speakers, and risks more false names the more "
         "voices there are.",
     )
@@ -124,13 +124,13 @@ class ModelSettings(BaseSettings):
         description="Built-in diarizer: seconds between the starts of its 10 s segmentation chunks; "
         "unset: the diarizer's own, 2.5 up to a minute of audio and, on CPU, 5 beyond, which halves "
         "the diarizer's cost for a slightly higher error; 2.5 everywhere for the lowest error "
-        "(benchmarks/README.md, 'The built-in diarizer', has both measured). A whole number of "
+        "(benchmarks/CHANGELOG.md, 'The built-in diarizer', has both measured). A whole number of "
         "10-sample strides (e.g. 2.5, 5) is the fastest.",
     )
     quantization: Literal["none", "int8"] = Field(
         default="none",
         description="'int8': dynamic int8 quantization of the Whisper model's linear layers, CPU "
-        "only: faster, transcripts differ slightly (benchmarks/README.md, 'Like for like', has the "
+        "only: faster, transcripts differ slightly (benchmarks/CHANGELOG.md, 'Like for like', has the "
         "measured speed and word error rate). On CUDA keep float16.",
     )
 
@@ -224,7 +224,7 @@ class Edges:
     and the OpenAI form's field `field_name`, typed and described from the field; the remote
     client sends it under that form name. `cli` / `form` name them otherwise, or are None where
     that edge does not take the option as such; `by_hand` then says what stands for it there
-    (tests/test_request_options.py checks every field on every edge)."""
+    (tests/server/test_request_options.py checks every field on every edge)."""
 
     cli: Optional[str] = DERIVED
     form: Optional[str] = DERIVED

@@ -2,7 +2,7 @@
 
 Whisper only ever sees 30 s windows. Cutting audio every 30 s splits words and hands Whisper
 stretches of silence, on which it invents text or loops: pyannote's sample starts with seconds
-of silence, and greedy decoding of its plain 30 s window repeats itself (benchmarks/README.md,
+of silence, and greedy decoding of its plain 30 s window repeats itself (benchmarks/CHANGELOG.md,
 "Numbers behind the code's choices"). Silero VAD finds
 the speech; consecutive speech regions are packed into windows of at most `max_window_s`, each
 cut in a pause, as faster-whisper's batched pipeline does. By default a window keeps the pauses
@@ -24,7 +24,7 @@ from whosaid.config import WHISPER_SAMPLE_RATE_HZ
 from whosaid.errors import ModelLoadError
 
 #: The silence left between joined speech regions (SPEECH_WINDOWS=joined): a boundary Whisper
-#: still sees between sentences (benchmarks/README.md, "Speech-only windows", for the lengths tried).
+#: still sees between sentences (benchmarks/CHANGELOG.md, "Speech-only windows", for the lengths tried).
 JOINED_WINDOW_PAUSE_S = 0.5
 
 

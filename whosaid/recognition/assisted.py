@@ -6,9 +6,9 @@ from typing import Any
 
 #: assisted="auto" assists audio up to this many seconds, by device type, unless
 #: ASSISTED_MAX_DURATION_S says otherwise. CPU: speculative decoding lost at every length
-#: measured (benchmarks/assisted.py with a make-assistant assistant, untuned and tuned), so 'auto'
+#: measured (benchmarks/asr/assisted.py with a make-assistant assistant, untuned and tuned), so 'auto'
 #: never assists there. CUDA: one Whisper window, where published figures for whisper-large-v3
-#: with distil-large-v3 show the gain turn into a loss. The numbers: benchmarks/README.md,
+#: with distil-large-v3 show the gain turn into a loss. The numbers: benchmarks/CHANGELOG.md,
 #: "Speculative decoding on CPU".
 DEFAULT_ASSISTED_MAX_DURATION_S = {"cpu": 0.0, "cuda": 30.0}
 

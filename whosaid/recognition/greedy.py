@@ -3,7 +3,7 @@ temperature fallback.
 
 This loop is the decoding path that decides a window's tokens: the request's DecodingOptions
 reach it as the logits rules (whosaid.recognition.logits_rules) it applies at every step, and the
-other paths are checked against it (tests/test_decoding_paths.py): `score` re-measures tokens
+other paths are checked against it (tests/asr/test_decoding_paths.py): `score` re-measures tokens
 decoded elsewhere under the same rules, and transformers' `generate` (the beam-search fallback,
 speculative drafts) gets the same options as keyword arguments and, greedy, the same tokens.
 
@@ -37,7 +37,7 @@ class FallbackOptions:
     """When a greedy window is not trusted and is decoded again with beam search, and when it is
     silence. The defaults are openai/whisper's (transcribe.py); deterministic, no sampling
     temperatures. Greedy first, beams only where the checks fail: beams on every window cost
-    several times the time for no better transcript (benchmarks/README.md, "Numbers behind the
+    several times the time for no better transcript (benchmarks/CHANGELOG.md, "Numbers behind the
     code's choices")."""
 
     #: Text that compresses better than this (zlib, bytes in / bytes out) is repeating itself.

@@ -50,7 +50,7 @@ def quantize_int8(model: Any) -> None:
     - The decoder's other layers are torch's dynamic ones (fbgemm): at 1-8 rows a step they are about
       three times faster than the integer product below, and one scale per step's rows costs little.
 
-    WER and times of each choice: benchmarks/README.md, "Numbers behind the code's choices"."""
+    WER and times of each choice: benchmarks/CHANGELOG.md, "Numbers behind the code's choices"."""
     import warnings
 
     import torch
@@ -135,7 +135,7 @@ def prepack_encoder_linears(model: Any) -> None:
     in place: a half-precision copy where half precision holds the weight exactly (Whisper's own
     checkpoints), else a copy packed for oneDNN, whose GEMM beats the default path at the 1500
     frames a window multiplies by every weight. Outputs differ by float rounding only. Measured:
-    benchmarks/README.md, "Numbers behind the code's choices"."""
+    benchmarks/CHANGELOG.md, "Numbers behind the code's choices"."""
     from whosaid.recognition.kernels.products import half_products_available, onednn_available
 
     if not (half_products_available() or onednn_available()):

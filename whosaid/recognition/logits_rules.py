@@ -5,7 +5,7 @@ Three decoding paths read the same options. The lean greedy loop (whosaid.recogn
 decides a window's tokens under `WhisperLogitsRules`; `GreedyWhisperDecoder.score` measures
 tokens decoded elsewhere under the same rules; transformers' `generate` (the beam-search
 fallback, speculative drafts) gets them as `DecodingOptions.generate_kwargs`.
-tests/test_decoding_paths.py checks that the three agree, option by option, on real weights.
+tests/asr/test_decoding_paths.py checks that the three agree, option by option, on real weights.
 
 The rules are `generate`'s with timestamps on: its suppress-token processors, then its timestamp
 processor (transformers' SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor and

@@ -62,7 +62,7 @@ ENCODER_WINDOWS_PER_PASS_GPU = 8
 # a batch of more windows is decoded in parts of at most that many (SpeechRecognizer.decoder_rows).
 # Each window holds them for every decoder layer (whisper-base: 6 x 2 x 1500 frames x 512 x 4
 # bytes, 37 MB), so a batch of 24 held 0.9 GB whatever the recording's length; the encoder still
-# runs over the whole batch (benchmarks/README.md, "Memory against recording length").
+# runs over the whole batch (benchmarks/CHANGELOG.md, "Memory against recording length").
 DECODER_CROSS_BYTES_CPU = 320 * 2**20
 
 
@@ -372,7 +372,7 @@ class SpeechRecognizer:
     def _retry_with_beams(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
         """Stage 'retry with beams': a window whose greedy tokens fail Whisper's checks (and is
         not silence) decoded again with beam search. One window per beam search: it holds
-        num_beams rows of keys and values per window (benchmarks/README.md, "Numbers behind the
+        num_beams rows of keys and values per window (benchmarks/CHANGELOG.md, "Numbers behind the
         code's choices"), and few windows fall back."""
         greedy = window.greedy
         if is_silence(greedy, self.fallback) or not needs_fallback(greedy, self.text(greedy.tokens), self.fallback):
@@ -484,7 +484,7 @@ class SpeechRecognizer:
         decoding), conditioned on `previous` text tokens and ruled by `options` (None: the
         model's own) as the lean loop is: the generated tokens of each window, without prompt
         and end-of-text. One generate call per window batch, so nothing after the window is
-        decoded. Greedy, it gives the lean loop's tokens (tests/test_decoding_paths.py)."""
+        decoded. Greedy, it gives the lean loop's tokens (tests/asr/test_decoding_paths.py)."""
         import torch
         from transformers.modeling_outputs import BaseModelOutput
 
@@ -583,7 +583,7 @@ def window_batches(
     its own before them: its text then comes after one window's decoding, which is what a stream
     or a progress display waits for first, and an initial prompt conditions it alone. Without a
     stream, progress or prompt the windows go in full batches: a batch of 1 then 3 windows reads
-    every decoder weight in twice as many steps as one of 4 (benchmarks/README.md, "Cross-attention
+    every decoder weight in twice as many steps as one of 4 (benchmarks/CHANGELOG.md, "Cross-attention
     per frame in int8, and the first window alone only for streams"). So a stream's text may
     differ from the non-streamed answer's where a window's batch moves a token: in float32 only
     by float rounding (the same text in every case measured); in int8 a batch's rows share the

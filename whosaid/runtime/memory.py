@@ -26,7 +26,7 @@ RELEASE_AFTER_AUDIO_S = 60.0
 #: glibc's mallopt parameter for the size from which blocks are mapped on their own (M_MMAP_THRESHOLD).
 M_MMAP_THRESHOLD = -3
 #: Blocks of at least this many bytes are mapped on their own and unmapped when freed: glibc's
-#: initial threshold, kept fixed (benchmarks/README.md, "Memory against recording length").
+#: initial threshold, kept fixed (benchmarks/CHANGELOG.md, "Memory against recording length").
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
@@ -34,7 +34,7 @@ def freeze_loaded_objects() -> None:
     """Once models are loaded: collect what loading left, then move every object the collector
     tracks (the models, the libraries' modules and tables: hundreds of thousands) out of its reach
     (`gc.freeze`). Collections after a request then walk only what was made since, not the whole
-    process (what that saves: benchmarks/README.md, "Half copies of the weights"). Frozen objects
+    process (what that saves: benchmarks/CHANGELOG.md, "Half copies of the weights"). Frozen objects
     are still freed when their last reference goes; only garbage in reference cycles waits, until
     the next call: each call first gives the collector back what an earlier one froze (a process
     that loads models again, such as a test run, frees the cycles of those it dropped)."""

@@ -48,7 +48,7 @@ SHORT_RECORDING_STEP_S = 2.5
 LONG_RECORDING_STEP_S = 5.0
 # Recordings longer than this are long: up to it the finer step costs little next to the speech
 # recognition of the same audio (a window of which is 30 s, however short the recording); beyond
-# it the coarser one halves the diarizer's cost for a slightly higher error (benchmarks/README.md,
+# it the coarser one halves the diarizer's cost for a slightly higher error (benchmarks/CHANGELOG.md,
 # "The step by recording length").
 LONG_RECORDING_S = 60.0
 
@@ -60,7 +60,7 @@ class BuiltinDiarizerOptions:
     # default, 1 s, costs ten segmentations and up to thirty embeddings per second of audio; every
     # instant is still seen by four chunks at 2.5 s, two at 5 s. The model's cost per chunk is
     # fixed, so the step sets the segmentation's cost, and through the embedding stride the
-    # embeddings' (benchmarks/README.md has the measured trade-off). A step of a whole number of
+    # embeddings' (benchmarks/CHANGELOG.md has the measured trade-off). A step of a whole number of
     # 10-sample strides lets chunks share the first convolution (speakers/segmentation.py).
     segmentation_step_s: Optional[float] = None
     # Chunks per segmentation batch on a GPU (on CPU: whosaid.speakers.segmentation.CPU_BATCH_CHUNKS).

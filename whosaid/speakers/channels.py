@@ -9,7 +9,7 @@ alone is not enough: a quiet party's words said over a loud one are real and can
 below it (measured on real speech); and text alone is not either: two parties may say the same
 "yes" at once. So a run of consecutive words that another channel drowns out is dropped when at
 least half of its words match that channel's words within MATCH_WINDOW_S (a misheard faint word
-goes with its run; a run ends at a word that is not faint, or at a pause). benchmarks/README.md
+goes with its run; a run ends at a word that is not faint, or at a pause). benchmarks/CHANGELOG.md
 ("Stereo calls") has the levels measured.
 """
 

@@ -14,7 +14,7 @@ speakers, that count and one fewer are compared, and the cut whose speakers are 
 minutes of talk (a raised voice, another distance to the microphone) then stays one speaker even
 where its halves lie further apart than a fixed cut allows. Centroid linkage, which
 pyannote's AgglomerativeClustering uses, was replaced: on minutes of two-person talk its two-way
-split cut one speaker's outliers off rather than the two voices apart (benchmarks/README.md,
+split cut one speaker's outliers off rather than the two voices apart (benchmarks/CHANGELOG.md,
 "Who spoke when on recordings it was not tuned on").
 
 Everything here is float64 numpy and scipy's single-threaded linkage: the count is the same

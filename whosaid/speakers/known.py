@@ -39,7 +39,7 @@ REFERENCE_VAD = VadOptions(threshold=0.2)
 # seconds describe a voice, and the encoder's cost grows with what it reads.
 MAX_EMBEDDED_SPEECH_S = 30.0
 # A speaker at most this much more similar to its best voice than to another is ambiguous between
-# the two and keeps its SPEAKER_NN label (benchmarks/README.md, known speakers on conversations).
+# the two and keeps its SPEAKER_NN label (benchmarks/CHANGELOG.md, known speakers on conversations).
 AMBIGUITY_MARGIN = 0.05
 # A speaker's clean speech pieces shorter than this are boundary slivers, not words.
 MIN_PIECE_S = 0.2

@@ -14,7 +14,7 @@ its own scale and offset. The rest of the model (the other SincNet layers, which
 chunk, the LSTM and the classifier) runs per chunk as pyannote runs it, on the model's own modules.
 Chunk positions, the zero-padded last chunk and the powerset-to-multilabel conversion are those of
 `pyannote.audio.Inference(skip_aggregation=True)`, which stays the path for any model or step this
-does not fit; the outputs agree with it up to float rounding (tests/test_segmentation.py).
+does not fit; the outputs agree with it up to float rounding (tests/diarization/test_segmentation.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from whosaid.runtime.parallel import map_batches
 __all__ = ["ChunkSegmentation"]
 
 # Chunks per batch on CPU, where batches run side by side on one thread each: the LSTM's cost per
-# chunk is lowest around 4 (benchmarks/README.md), and the first convolution still covers 17.5 s
+# chunk is lowest around 4 (benchmarks/CHANGELOG.md), and the first convolution still covers 17.5 s
 # for four 10 s chunks at the 2.5 s step.
 CPU_BATCH_CHUNKS = 4
 

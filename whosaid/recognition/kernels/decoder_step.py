@@ -18,7 +18,7 @@ This step does the same arithmetic, in the same order, on the same weights:
   checkpoints), else with the product measured fastest on this CPU.
 
 Quantized (int8) or otherwise replaced linear layers are called as modules. The tokens are the
-ones transformers' decoder picks (tests/test_greedy_decoding.py compares with `generate`); values differ
+ones transformers' decoder picks (tests/core/test_greedy_decoding.py compares with `generate`); values differ
 by float rounding only.
 """
 
@@ -244,7 +244,7 @@ class WhisperDecoderStep:
         for layer in self.layers:
             cross = layer.encoder_attn
             # Both transposed once to (rows, heads, head width, frames): q @ K^T and V^T @ w^T
-            # read them fastest (benchmarks/README.md, "Numbers behind the code's choices").
+            # read them fastest (benchmarks/CHANGELOG.md, "Numbers behind the code's choices").
             self._states.append(
                 _LayerState(
                     self_keys_values=encoder_states.new_empty((rows, 0, 2 * self.width)),
@@ -317,7 +317,7 @@ class WhisperDecoderStep:
 
             # Cross-attention, the keys already scaled. Written out rather than SDPA: with a query
             # of one position CPU SDPA's blocked kernel is slower over 1500 frames (on GPU the two
-            # are alike; benchmarks/README.md).
+            # are alike; benchmarks/CHANGELOG.md).
             query = plan.cross_query(F.layer_norm(hidden, *cross_norm))
             weights = torch.matmul(
                 query.reshape(rows, count, heads, head_width).transpose(1, 2), state.cross_keys

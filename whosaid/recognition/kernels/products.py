@@ -18,7 +18,7 @@
     was much slower for x @ W^T with 2-8 rows; on AMD EPYCs both MKL orientations ran most shapes
     at 8 rows at a third to a half of packed oneDNN's speed.
 
-The measurements behind these choices are in benchmarks/README.md ("Numbers behind the code's
+The measurements behind these choices are in benchmarks/CHANGELOG.md ("Numbers behind the code's
 choices"). Every product gives the float32 result up to float rounding (the order of the sums).
 """
 

@@ -56,11 +56,11 @@ class CamPlusPlusEmbedding:
     metric = "cosine"
     # The built-in diarizer's average-linkage cut for CAM++ embeddings (one voice or several): the
     # middle of the plateau (1.05-1.125) where the DER on the AMI snippets, the real conversations
-    # and pyannote's sample does not move (benchmarks/README.md, "Who spoke when on recordings it
+    # and pyannote's sample does not move (benchmarks/CHANGELOG.md, "Who spoke when on recordings it
     # was not tuned on").
     clustering_threshold = 1.08
     # Known speakers' default match: above every different-speaker score that
-    # benchmarks/known_speakers.py measures, so that a large library names few strangers.
+    # benchmarks/diarization/known_speakers.py measures, so that a large library names few strangers.
     same_speaker_similarity = 0.5
 
     def __init__(self, network: CamPlusPlus, min_num_frames: int = MIN_NUM_FRAMES) -> None:
