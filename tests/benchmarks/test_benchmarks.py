@@ -301,3 +301,19 @@ def test_memory_growth_points_are_kind_and_minutes() -> None:
     for bad in ("speech", "music:3", "speech:"):
         with pytest.raises(argparse.ArgumentTypeError, match="KIND:MINUTES"):
             parse_point(bad)
+
+
+@pytest.mark.slow
+def test_decoder_parts_alternates_both_modes_and_finds_the_same_text(tmp_path: Path) -> None:
+    """Two rounds on half a minute of meeting speech with whisper-tiny.en: the modes alternate
+    (bounded, whole, then whole, bounded), each run in its own process, and the text is the same."""
+    result = run_script(
+        "-m", "benchmarks.memory.decoder_parts", "--minutes", "0.5", "--rounds", "2",
+        "--model", "models/whisper-tiny.en", "--threads", "1", "--output-dir", str(tmp_path),
+    )
+    rounds = [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("round ")]
+    assert rounds == ["round 1 bounded", "round 1 whole", "round 2 whole", "round 2 bounded"]
+    data = json.loads(only_file(tmp_path, "decoder-parts-*.json").read_text())
+    assert [run["mode"] for run in data["runs"]] == ["bounded", "whole", "whole", "bounded"]
+    assert len({run["text"] for run in data["runs"]}) == 1 and data["runs"][0]["text"].strip()
+    assert "same text: True" in (tmp_path / "decoder-parts-latest.md").read_text()
