@@ -208,20 +208,39 @@ def test_nested_and_oversized_json(server, depth, shape, where, padding_kb) -> N
 
 
 def _dumps_deep(value: Any) -> bytes:
-    """json.dumps recurses as deep as the value; write deep nests iteratively."""
-    opened, closers = [], []
-    while isinstance(value, (list, dict)) and len(value) == 1:
-        if isinstance(value, list):
-            opened.append("[")
-            closers.append("]")
-            value = value[0]
-        elif set(value) == {"k"}:
-            opened.append('{"k":')
-            closers.append("}")
-            value = value["k"]
+    """json.dumps recurses as deep as the value; write nests of any depth with an explicit stack."""
+    parts: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Raw):
+            parts.append(item.text)
+        elif isinstance(item, list):
+            stack.append(_Raw("]"))
+            for index in reversed(range(len(item))):
+                stack.append(item[index])
+                if index:
+                    stack.append(_Raw(","))
+            parts.append("[")
+        elif isinstance(item, dict):
+            stack.append(_Raw("}"))
+            keys = list(item)
+            for index in reversed(range(len(keys))):
+                stack.append(item[keys[index]])
+                stack.append(_Raw(json.dumps(str(keys[index])) + ":"))
+                if index:
+                    stack.append(_Raw(","))
+            parts.append("{")
         else:
-            break
-    return ("".join(opened) + json.dumps(value) + "".join(reversed(closers))).encode()
+            parts.append(json.dumps(item))
+    return "".join(parts).encode()
+
+
+class _Raw:
+    """Text written as it is by _dumps_deep (brackets and separators)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def test_the_server_answered_every_case_and_still_serves(server, files) -> None:
