@@ -31,10 +31,12 @@ from benchmarks.common.environment import (
 )
 from benchmarks.common.report import markdown_table, write_results
 
-MODES = ("bounded", "whole")
+MODES = ("bounded", "whole", "parts", "threshold")
 MODE_HELP = {
     "bounded": "decoder in parts (DECODER_CROSS_BYTES_CPU), fixed mmap threshold: the code as it is",
     "whole": "the whole batch at once, glibc's default threshold: as before",
+    "parts": "decoder in parts, glibc's default threshold",
+    "threshold": "the whole batch at once, fixed mmap threshold",
 }
 
 
@@ -51,11 +53,12 @@ def worker(mode: str, minutes: float, model: str, batch_size: int, threads: int)
     import torch
 
     torch.set_num_threads(threads)
-    if mode == "whole":
-        import whosaid.engine
-        import whosaid.recognition.recognizer as recognizer
+    import whosaid.engine
+    import whosaid.recognition.recognizer as recognizer
 
+    if mode in ("whole", "threshold"):
         recognizer.DECODER_CROSS_BYTES_CPU = 2**62
+    if mode in ("whole", "parts"):
         whosaid.engine.unmap_freed_large_blocks = lambda: False
     from benchmarks.memory.long_meeting import build_meeting
     from whosaid.audio.loading import Audio
@@ -94,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=12.0, help="length of the meeting (default 12)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each mode, alternating (default 2)")
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES[:2]),
+        help="what to compare, the first against the others (default: bounded whole); " + "; ".join(
+            f"{mode}: {what}" for mode, what in MODE_HELP.items()
+        ),
+    )
     parser.add_argument("--model", default="models/whisper-base")
     parser.add_argument("--batch-size", type=int, default=24, help="windows per batch (default 24, the default)")
     parser.add_argument("--threads", type=int, default=2)
@@ -108,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     started = utc_minute()
     runs: list[dict[str, Any]] = []
     for round_index in range(args.rounds):
-        order = MODES if round_index % 2 == 0 else MODES[::-1]
+        order = args.modes if round_index % 2 == 0 else args.modes[::-1]
         for mode in order:
             run = run_once(args, mode)
             peak = run["peak_growth_mb"]
@@ -116,28 +125,28 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
     texts = {run["text"] for run in runs}
     rows = []
-    for mode in MODES:
+    for mode in args.modes:
         mine = [run for run in runs if run["mode"] == mode]
         rows.append(
             [
                 mode,
                 MODE_HELP[mode],
-                statistics.median(run["seconds"] for run in mine),
+                round(statistics.median(run["seconds"] for run in mine), 2),
                 " / ".join(str(run["seconds"]) for run in mine),
                 max(run["peak_growth_mb"] for run in mine),
             ]
         )
-    ratio = rows[0][2] / rows[1][2]
+    ratios = {row[0]: round(rows[0][2] / row[2], 3) for row in rows[1:]}
     info = machine_info()
     table = markdown_table(["mode", "what", "median s", "runs s", "peak +MB"], rows)
     summary = (
         f"{args.minutes:g} minutes of meeting speech, {args.model}, batch {args.batch_size}, "
         f"{args.threads} threads, OMP_WAIT_POLICY {args.omp_wait_policy}, greedy float32, ASR only, "
-        f"{args.rounds} alternating rounds; bounded / whole "
-        f"time {ratio:.3f}; same text: {len(texts) == 1}\n\n{describe_machine(info)}\n\n{table}\n"
+        f"{args.rounds} alternating rounds; time of {args.modes[0]} against "
+        f"{ratios}; same text: {len(texts) == 1}\n\n{describe_machine(info)}\n\n{table}\n"
     )
     print(summary)
-    data = {**result_head("decoder_parts", started), "args": vars(args), "runs": runs, "ratio": ratio}
+    data = {**result_head("decoder_parts", started), "args": vars(args), "runs": runs, "ratios": ratios}
     write_results(Path(args.output_dir), "decoder-parts", data, summary)
     return 0 if len(texts) == 1 else 1
 
