@@ -38,6 +38,25 @@ MODE_HELP = {
     "parts": "decoder in parts, glibc's default threshold",
     "threshold": "the whole batch at once, fixed mmap threshold",
 }
+#: Any other mode: "<budget MB>mb-<threshold kB>kb" (0 for whole, 0 for glibc's default), e.g. "640mb-4096kb".
+CUSTOM_HELP = "<budget MB>mb-<threshold kB>kb: the decoder's budget and a fixed mmap threshold (0: whole, default)"
+
+
+def mode_settings(mode: str) -> tuple[int | None, int | None]:
+    """(DECODER_CROSS_BYTES_CPU, MMAP_THRESHOLD_BYTES) of a mode; None: the code's own value,
+    0: the whole batch or glibc's default threshold."""
+    named = {"bounded": (None, None), "whole": (0, 0), "parts": (None, 0), "threshold": (0, None)}
+    if mode in named:
+        return named[mode]
+    budget, threshold = mode.split("-")
+    if not (budget.endswith("mb") and threshold.endswith("kb")):
+        raise argparse.ArgumentTypeError(f"mode {mode!r}: expected one of {', '.join(MODES)} or {CUSTOM_HELP}")
+    return int(budget[:-2]) * 2**20, int(threshold[:-2]) * 1024
+
+
+def mode_argument(text: str) -> str:
+    mode_settings(text)
+    return text
 
 
 def _vm_kb(field: str) -> int:
@@ -55,11 +74,15 @@ def worker(mode: str, minutes: float, model: str, batch_size: int, threads: int)
     torch.set_num_threads(threads)
     import whosaid.engine
     import whosaid.recognition.recognizer as recognizer
+    import whosaid.runtime.memory as memory
 
-    if mode in ("whole", "threshold"):
-        recognizer.DECODER_CROSS_BYTES_CPU = 2**62
-    if mode in ("whole", "parts"):
+    budget, threshold = mode_settings(mode)
+    if budget is not None:
+        recognizer.DECODER_CROSS_BYTES_CPU = budget or 2**62
+    if threshold == 0:
         whosaid.engine.unmap_freed_large_blocks = lambda: False
+    elif threshold is not None:
+        memory.MMAP_THRESHOLD_BYTES = threshold
     from benchmarks.memory.long_meeting import build_meeting
     from whosaid.audio.loading import Audio
     from whosaid.config import ModelSettings
@@ -98,17 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=12.0, help="length of the meeting (default 12)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each mode, alternating (default 2)")
     parser.add_argument(
-        "--modes", nargs="+", choices=MODES, default=list(MODES[:2]),
-        help="what to compare, the first against the others (default: bounded whole); " + "; ".join(
-            f"{mode}: {what}" for mode, what in MODE_HELP.items()
-        ),
+        "--modes",
+        nargs="+",
+        type=mode_argument,
+        default=list(MODES[:2]),
+        help="what to compare, the first against the others (default: bounded whole); "
+        + "; ".join(f"{mode}: {what}" for mode, what in {**MODE_HELP, "other": CUSTOM_HELP}.items()),
     )
     parser.add_argument("--model", default="models/whisper-base")
     parser.add_argument("--batch-size", type=int, default=24, help="windows per batch (default 24, the default)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output-dir", default="benchmarks/results")
     add_omp_wait_policy_argument(parser, "the worker processes")
-    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", type=mode_argument, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(args.worker, args.minutes, args.model, args.batch_size, args.threads)))
@@ -130,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             [
                 mode,
-                MODE_HELP[mode],
+                MODE_HELP.get(mode, CUSTOM_HELP),
                 round(statistics.median(run["seconds"] for run in mine), 2),
                 " / ".join(str(run["seconds"]) for run in mine),
                 max(run["peak_growth_mb"] for run in mine),

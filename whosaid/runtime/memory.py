@@ -25,9 +25,12 @@ RELEASE_AFTER_AUDIO_S = 60.0
 
 #: glibc's mallopt parameter for the size from which blocks are mapped on their own (M_MMAP_THRESHOLD).
 M_MMAP_THRESHOLD = -3
-#: Blocks of at least this many bytes are mapped on their own and unmapped when freed: glibc's
-#: initial threshold, kept fixed (benchmarks/CHANGELOG.md, "Memory against recording length").
-MMAP_THRESHOLD_BYTES = 128 * 1024
+#: Blocks of at least this many bytes are mapped on their own and unmapped when freed, kept fixed:
+#: a batch's large tensors (a part's keys and values, encoder states) go back to the OS when freed,
+#: while the decoder's per-step tensors, smaller, reuse the heap (mapping and faulting in each of
+#: those again at every step is what glibc's initial 128 kB cost: benchmarks/CHANGELOG.md, "The
+#: decoder's parts at a 4 MiB mmap threshold").
+MMAP_THRESHOLD_BYTES = 4 * 2**20
 
 
 def freeze_loaded_objects() -> None:
