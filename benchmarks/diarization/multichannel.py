@@ -181,6 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         downmix: (diarized, {"language": "en"}),
     }
     times: dict[str, list[float]] = {name: [] for name in runs}
+    load_before = load_average()
     results = {name: engine.run(data, parameters) for name, (engine, parameters) in runs.items()}  # warm-up
     for name in abba(list(runs), args.repeats):
         engine, parameters = runs[name]
@@ -189,7 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         times[name].append(time.perf_counter() - started)
     medians = {name: statistics.median(values) for name, values in times.items()}
     print(f"call: {call.duration_s:.1f} s, {len(call.turns)} turns, {args.threads} threads, {args.model}")
-    print(f"load average before: {load_average()}")
+    print(f"load average (1, 5, 15 min): {load_before} before the runs, {load_average()} after")
     for name, seconds in medians.items():
         print(f"{name}: {seconds:.2f} s (runs {', '.join(f'{v:.2f}' for v in times[name])})")
     print(f"ratio per-channel / downmix+diarization: {medians[per_channel] / medians[downmix]:.2f}")
