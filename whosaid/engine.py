@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
 from whosaid.errors import InvalidParametersError, ModelLoadError
-from whosaid.recognition.protocol import Recognizer
+from whosaid.recognition.protocol import AsrOutput, Recognizer
 from whosaid.recognition.recognizer import SpeechRecognizer
 from whosaid.recognition.text_deltas import TextDeltas
 from whosaid.results import Chunk, Diarization, SpeakerIdentity, SpeakerSegment, SpeakerTurn, Transcript
@@ -277,25 +277,11 @@ class Engine:
             )
         asr_config = config.model_copy(update={"return_timestamps": "word"})
         all_warnings = list(warnings)
-        language, decoding = None, None
-        heard: list[tuple[Chunk, ...]] = []
-        vad = getattr(self.recognizer, "vad", None)
-        for channel, track in enumerate(audio.channels):
-            if track.is_silent():
-                heard.append(())
-                continue
-            if vad is not None:
-                # The other party heard faintly is skipped, not transcribed and then dropped.
-                track, silenced_s = without_drowned_speech(
-                    audio.channels, channel, vad.speech_regions(track.reader, max_region_s=DROWNED_REGION_S)
-                )
-                logger.debug("multichannel: channel %d: %.1f s of crosstalk skipped", channel, silenced_s)
-            with as_core_errors("speech recognition"):
-                asr = self.recognizer.transcribe(track, asr_config, should_stop=should_stop)
-            language = language or asr.language
-            decoding = decoding or asr.decoding
+        heard, outputs = self._hear_channels(audio, asr_config, should_stop)
+        language = next((asr.language for asr in outputs if asr.language), None)
+        decoding = outputs[0].decoding if outputs else None
+        for asr in outputs:
             all_warnings += [warning for warning in asr.warnings if warning not in all_warnings]
-            heard.append(asr.chunks)
         kept, dropped = without_crosstalk(heard, audio.channels)
         results: list[ChannelResult] = []
         identities: list[SpeakerIdentity] = []
@@ -362,6 +348,31 @@ class Engine:
             speaker_identities=tuple(identities),
             channels=len(audio.channels),
         )
+
+    def _hear_channels(
+        self, audio: Audio, config: InferenceConfig, should_stop: Optional[StopSignal]
+    ) -> tuple[list[tuple[Chunk, ...]], list[AsrOutput]]:
+        """Each channel's chunks (none for a silent one), and the recognizer's output for each
+        channel that is not silent. The other party heard faintly on a channel is silenced
+        first, not transcribed and then dropped; the channels' windows are decoded in shared
+        batches (SpeechRecognizer.transcribe_tracks)."""
+        vad = getattr(self.recognizer, "vad", None)
+        channels = [channel for channel, track in enumerate(audio.channels) if not track.is_silent()]
+        tracks = []
+        for channel in channels:
+            track = audio.channels[channel]
+            if vad is not None:
+                track, silenced_s = without_drowned_speech(
+                    audio.channels, channel, vad.speech_regions(track.reader, max_region_s=DROWNED_REGION_S)
+                )
+                logger.debug("multichannel: channel %d: %.1f s of crosstalk skipped", channel, silenced_s)
+            tracks.append(track)
+        with as_core_errors("speech recognition"):
+            outputs = self.recognizer.transcribe_tracks(tracks, config, should_stop=should_stop)
+        heard: list[tuple[Chunk, ...]] = [() for _ in audio.channels]
+        for channel, asr in zip(channels, outputs, strict=True):
+            heard[channel] = asr.chunks
+        return heard, outputs
 
     def known_voices(self, config: InferenceConfig) -> tuple[KnownVoice, ...]:
         """The voice library plus the request's references, decoded and embedded; a reference

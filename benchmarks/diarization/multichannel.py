@@ -2,15 +2,19 @@
 transcription with diarization of the same call, in time and in who-said-what.
 
     .venv/bin/python -m benchmarks.diarization.multichannel [--model models/whisper-base] [--threads 2] [--repeats 3]
+        [--no-levels]
 
 The call is built from real speech with human transcripts (../shared/data/asr, read in place,
 never copied): two parties, one per channel, taking turns that overlap (each turn starts
 OVERLAP_S before the other party's ends), with each party's voice on the other channel
 attenuated by CROSSTALK_ATTENUATION_DB and delayed by CROSSTALK_DELAY_S (a headset's echo).
 Both runs use the Whisper model in --model, float32 on the CPU, greedy, in English; the downmix
-run adds the built-in diarizer. Times are the median of --repeats after one warm-up. Also
-reported: the crosstalk levels (how much quieter each kept word's channel is than the other, the
-words dropped as crosstalk) and the cpWER and WER of the per-channel transcript.
+run adds the built-in diarizer. After one warm-up of each, the runs go in ABBA order (per channel,
+downmix, downmix, per channel, ...) --repeats times each, so that a load that comes and goes on a
+shared machine falls on both alike; the ratio is the median per-channel time over the median
+downmix time. Also reported: the cpWER and WER of the per-channel transcript, and (unless
+--no-levels) the crosstalk levels: how much quieter each kept word's channel is than the other,
+and the words dropped as crosstalk.
 """
 
 from __future__ import annotations
@@ -143,47 +147,72 @@ def scores(call: Call, transcript) -> dict[str, float]:
     }
 
 
+def abba(names: Sequence[str], repeats: int) -> list[str]:
+    """The runs in ABBA order, `repeats` of each: A B B A A B B A ... for two names."""
+    order: list[str] = []
+    for repeat in range(repeats):
+        order += list(names) if repeat % 2 == 0 else list(reversed(names))
+    return order
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/whisper-base")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--short", action="store_true", help="the two-turn call instead of the six-turn one")
+    parser.add_argument("--no-levels", action="store_true", help="time and scores only, no crosstalk levels")
     args = parser.parse_args(argv)
     if not available(LONG_CALL_TURNS):
         raise SystemExit(f"the clips are not in {ASR_DIR}")
     import torch
 
-    from whosaid.audio.loading import load_audio
-    from whosaid.config import InferenceConfig, ModelSettings
+    from whosaid.config import ModelSettings
     from whosaid.engine import Engine
-    from whosaid.speakers.channels import crosstalk_words, loudest_other
 
     torch.set_num_threads(args.threads)
     call = build_call(CALL_TURNS if args.short else LONG_CALL_TURNS)
     data = call.wav_bytes()
     asr = Engine.from_settings(ModelSettings(asr_model=args.model, device="cpu"))
     diarized = Engine.from_settings(ModelSettings(asr_model=args.model, diarization_model="builtin", device="cpu"))
+    per_channel, downmix = "per-channel (multichannel=true)", "downmix + diarization"
     runs = {
-        "per-channel (multichannel=true)": (asr, {"multichannel": True, "language": "en"}),
-        "downmix + diarization": (diarized, {"language": "en"}),
+        per_channel: (asr, {"multichannel": True, "language": "en"}),
+        downmix: (diarized, {"language": "en"}),
     }
-    times: dict[str, list[float]] = {}
-    results = {}
-    for _ in range(args.repeats + 1):
-        for name, (engine, parameters) in runs.items():
-            started = time.perf_counter()
-            results[name] = engine.run(data, parameters)
-            times.setdefault(name, []).append(time.perf_counter() - started)
-    medians = {name: statistics.median(values[1:]) for name, values in times.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    load_before = load_average()
+    results = {name: engine.run(data, parameters) for name, (engine, parameters) in runs.items()}  # warm-up
+    for name in abba(list(runs), args.repeats):
+        engine, parameters = runs[name]
+        started = time.perf_counter()
+        results[name] = engine.run(data, parameters)
+        times[name].append(time.perf_counter() - started)
+    medians = {name: statistics.median(values) for name, values in times.items()}
     print(f"call: {call.duration_s:.1f} s, {len(call.turns)} turns, {args.threads} threads, {args.model}")
+    print(f"load average (1, 5, 15 min): {load_before} before the runs, {load_average()} after")
     for name, seconds in medians.items():
-        print(f"{name}: {seconds:.2f} s (runs {', '.join(f'{v:.2f}' for v in times[name][1:])})")
-    ratio = medians["per-channel (multichannel=true)"] / medians["downmix + diarization"]
-    print(f"ratio per-channel / downmix+diarization: {ratio:.2f}")
-    print("per-channel scores:", scores(call, results["per-channel (multichannel=true)"]))
-    # Crosstalk levels: every word each channel's recogniser found, how much louder the other
-    # channel is over it, and whether the crosstalk rule dropped it.
+        print(f"{name}: {seconds:.2f} s (runs {', '.join(f'{v:.2f}' for v in times[name])})")
+    print(f"ratio per-channel / downmix+diarization: {medians[per_channel] / medians[downmix]:.2f}")
+    print("per-channel scores:", scores(call, results[per_channel]))
+    if not args.no_levels:
+        print_levels(asr, data)
+    return 0
+
+
+def load_average() -> str:
+    import os
+
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def print_levels(asr, data: bytes) -> None:
+    """Crosstalk levels: every word each channel's recogniser found, how much louder the other
+    channel is over it, and whether the crosstalk rule dropped it."""
+    from whosaid.audio.loading import load_audio
+    from whosaid.config import InferenceConfig
+    from whosaid.speakers.channels import crosstalk_words, loudest_other
+
     audio = load_audio(data, multichannel=True)
     config = InferenceConfig(return_timestamps="word", language="en")
     words = [
@@ -200,7 +229,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"{max(kept, default=float('nan')):+.1f} dB), dropped {len(dropped)} as crosstalk (the other "
             f"channel {min(dropped, default=float('nan')):+.1f} to {max(dropped, default=float('nan')):+.1f} dB)"
         )
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.fallback import recognizer_with
 from whosaid.audio.loading import Audio
-from whosaid.audio.vad import SpeechWindow, plan_joined_windows, plan_windows
+from whosaid.audio.vad import SpeechWindow, plan_fewest_windows, plan_joined_windows, plan_windows
 from whosaid.config import InferenceConfig
 from whosaid.recognition.recognizer import SpeechRecognizer
 
@@ -35,6 +35,20 @@ def test_regions_are_joined_with_short_pauses_up_to_the_window_length() -> None:
         SpeechWindow(52.0, 55.0),
     ]
     assert plan_joined_windows([], 30.0, 0.5) == []
+
+
+def test_speech_is_joined_across_its_pauses_only_where_that_takes_fewer_windows() -> None:
+    """A call's channel holds one party's turns, with the other's turns as pauses between them:
+    three contiguous windows, one joined. Speech whose windows are as many either way keeps its
+    pauses (contiguous windows)."""
+    turns = [(0.0, 8.0), (25.0, 33.0), (50.0, 58.0)]
+    assert len(plan_windows(turns, 30.0)) == 3
+    assert plan_fewest_windows(turns, 30.0, 0.5) == [SpeechWindow(0.0, 58.0, tuple(turns), 0.5)]
+    assert plan_fewest_windows([(0.0, 10.0), (11.0, 20.0)], 30.0, 0.5) == [SpeechWindow(0.0, 20.0)]
+    assert plan_fewest_windows(REGIONS, 30.0, 0.5) == plan_joined_windows(REGIONS, 30.0, 0.5)
+    dense = [(start, start + 9.0) for start in np.arange(0.0, 100.0, 10.0)]
+    assert plan_fewest_windows(dense, 30.0, 0.5) == plan_windows(dense, 30.0)
+    assert plan_fewest_windows([], 30.0, 0.5) == []
 
 
 def test_times_map_back_and_a_time_in_a_gap_goes_to_the_speech_beside_it() -> None:

@@ -7,6 +7,7 @@ and each party's voice faintly on the other channel (benchmarks/diarization/mult
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +222,107 @@ def test_channel_names_name_the_channels(base_engine) -> None:
 def test_mono_with_multichannel_is_the_same_transcript(base_engine) -> None:
     mono = channels_wav(load_audio_file(STEREO, multichannel=True).channels[0].samples[None, :])
     assert base_engine.run(mono, {"multichannel": True}).to_dict() == base_engine.run(mono, {}).to_dict()
+
+
+# --- the channels' windows decoded together --------------------------------------------------------
+
+
+def test_the_tracks_windows_go_in_shared_batches_each_tracks_first_alone_with_a_prompt() -> None:
+    from whosaid.audio.vad import SpeechWindow
+    from whosaid.recognition.recognizer import TrackWindow, track_batches
+
+    windows = [TrackWindow(0, SpeechWindow(s, s + 5)) for s in (0, 10, 20)] + [
+        TrackWindow(1, SpeechWindow(s, s + 5)) for s in (5, 15)
+    ]
+    assert track_batches(windows, 4, prompted=False) == [(windows[:4], False), (windows[4:], False)]
+    # As transcribe decodes a track's first window alone with the initial prompt.
+    assert track_batches(windows, 4, prompted=True) == [
+        ([windows[0], windows[3]], True),
+        ([windows[1], windows[2], windows[4]], False),
+    ]
+    one_by_one = track_batches(windows, 1, prompted=True)
+    assert one_by_one[:3] == [([windows[0]], True), ([windows[3]], True), ([windows[1]], False)]
+    assert track_batches([], 4, prompted=True) == []
+
+
+def each_alone(recognizer, tracks, config, monkeypatch):
+    """Each track through `transcribe` on its own, with the windows transcribe_tracks plans."""
+    import functools
+
+    with monkeypatch.context() as patch:
+        patch.setattr(recognizer, "_windows", functools.partial(recognizer._windows, fewest=True))
+        return [recognizer.transcribe(track, config) for track in tracks]
+
+
+def assert_same_chunks(outputs, alone) -> None:
+    """The same chunks and words, times and all; a word's probability only to float rounding (a
+    batch of more windows scores it in other sums)."""
+
+    def probabilities(output):
+        return [word.probability for chunk in output.chunks for word in chunk.words]
+
+    def without_probabilities(output):
+        return [
+            dataclasses.replace(chunk, words=tuple(dataclasses.replace(w, probability=0.0) for w in chunk.words))
+            for chunk in output.chunks
+        ]
+
+    assert [without_probabilities(output) for output in outputs] == [without_probabilities(output) for output in alone]
+    for mine, theirs in zip(outputs, alone, strict=True):
+        assert probabilities(mine) == pytest.approx(probabilities(theirs), abs=1e-4)
+
+
+def together(recognizer, tracks, config, monkeypatch):
+    """transcribe_tracks, and the number of windows of each batch it decoded."""
+    batches: list[int] = []
+    decode = recognizer._transcribe_track_windows
+
+    def recorded(tracks, windows, *args, **kwargs):
+        batches.append(len(windows))
+        return decode(tracks, windows, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(recognizer, "_transcribe_track_windows", recorded)
+        return recognizer.transcribe_tracks(tracks, config), batches
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"language": "en"},
+        {},  # each channel's language detected on its own first window
+        {"language": "en", "initial_prompt": "The wizard and the horizon."},
+    ],
+)
+def test_the_channels_decoded_together_say_what_each_says_alone(base_engine, monkeypatch, parameters) -> None:
+    recognizer = base_engine.recognizer
+    tracks = load_audio_file(STEREO, multichannel=True).channels
+    config = InferenceConfig(return_timestamps="word", **parameters)
+    outputs, batches = together(recognizer, tracks, config, monkeypatch)
+    assert batches == [2]  # one window each, in one batch
+    alone = each_alone(recognizer, tracks, config, monkeypatch)
+    assert_same_chunks(outputs, alone)
+    assert [(o.language, o.decoding, o.warnings) for o in outputs] == [
+        (o.language, o.decoding, o.warnings) for o in alone
+    ]
+    assert "".join(chunk.text for chunk in outputs[0].chunks).strip() == LEFT
+    assert recognizer.transcribe_tracks([], config) == []
+
+
+@pytest.mark.skipif(
+    not call_bench.available(call_bench.LONG_CALL_TURNS), reason=f"no real speech in {call_bench.ASR_DIR}"
+)
+def test_a_calls_channels_decoded_together_say_what_each_says_alone(base_engine, monkeypatch) -> None:
+    """The benchmark's six-turn call, each party's turns joined on its channel: the windows of
+    both channels in one batch, and each channel's chunks as it gives them alone."""
+    recognizer = base_engine.recognizer
+    call = call_bench.build_call(call_bench.LONG_CALL_TURNS)
+    tracks = load_audio(call.wav_bytes(), multichannel=True).channels
+    config = InferenceConfig(return_timestamps="word", language="en")
+    outputs, batches = together(recognizer, tracks, config, monkeypatch)
+    assert len(batches) == 1
+    alone = each_alone(recognizer, tracks, config, monkeypatch)
+    assert_same_chunks(outputs, alone)
 
 
 # --- a call built from real speech ----------------------------------------------------------------

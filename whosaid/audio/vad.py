@@ -225,6 +225,18 @@ def plan_joined_windows(
     return windows
 
 
+def plan_fewest_windows(
+    regions: Sequence[tuple[float, float]], max_window_s: float, pause_s: float
+) -> list[SpeechWindow]:
+    """Contiguous windows (plan_windows), unless joining the speech across its pauses
+    (plan_joined_windows) takes fewer: each window costs a whole encoder pass, so sparse speech
+    (one party's turns on its channel of a call) is joined, and speech that fills its windows
+    anyway keeps its pauses."""
+    windows = plan_windows(regions, max_window_s)
+    joined = plan_joined_windows(regions, max_window_s, pause_s)
+    return joined if len(joined) < len(windows) else windows
+
+
 @functools.lru_cache(maxsize=1)
 def _load_silero_sequence_model() -> Any:
     import torch

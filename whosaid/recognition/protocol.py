@@ -49,3 +49,9 @@ class Recognizer(Protocol):
         """The transcript's chunks. `should_stop` is checked between pieces of work (its
         JobStoppedError ends the job); `on_window` gets each window's spans, in order, once
         decoded."""
+
+    def transcribe_tracks(
+        self, tracks: Sequence[Audio], config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> list[AsrOutput]:
+        """Each of several tracks of one recording (a call's channels) transcribed as on its
+        own, one AsrOutput each, in order; the tracks' windows may be decoded together."""

@@ -5,9 +5,11 @@ checks fail, so they give the same transcript; the assistant only changes how fa
 the request's DecodingOptions the same way: prompt and hotwords as previous text, the language
 once or per window, and word timestamps (whosaid.recognition.word_timing) for the windows decoded.
 
-A batch of windows goes through named stages (`SpeechRecognizer._transcribe_windows` reads them top
-to bottom), each a function over one `WindowDecoding` per window: detect language, decode, retry
-with beams, cut loops, split segments, time words, to audio times, to spans. A segment has one
+A batch of windows goes through named stages (`SpeechRecognizer._transcribe_track_windows` reads
+them top to bottom), each a function over one `WindowDecoding` per window: detect language, decode,
+retry with beams, cut loops, split segments, time words, to audio times, to spans. A batch holds
+one audio's windows (`transcribe`), or those of several tracks of one recording, a call's channels
+(`transcribe_tracks`), each window cut from its track. A segment has one
 shape from the decoder to the spans: whosaid.recognition.segments.DecodedSegment."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from whosaid.audio.vad import (
     JOINED_WINDOW_PAUSE_S,
     SpeechWindow,
     VoiceActivityDetector,
+    plan_fewest_windows,
     plan_joined_windows,
     plan_windows,
 )
@@ -51,6 +54,7 @@ from whosaid.runtime.device import ModelRuntime
 from whosaid.runtime.failures import as_core_errors
 from whosaid.runtime.memory import release_memory_between_stages
 
+W = TypeVar("W")  # a window of a batch: a SpeechWindow, or a TrackWindow
 # With per-window languages, a pause this long between speech regions (about 1 s of silence:
 # the VAD pads each region by 0.2 s) ends a window, so that a language switch at a pause starts
 # a window of its own; windows are otherwise packed up to 30 s and would hold both languages.
@@ -177,6 +181,62 @@ class SpeechRecognizer:
             warnings=tuple(warnings),
         )
 
+    def transcribe_tracks(
+        self, tracks: Sequence[Audio], config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
+    ) -> list[AsrOutput]:
+        """Several tracks of one recording (a call's channels), one AsrOutput each, in order: each
+        track's own windows, language and prompt as `transcribe` gives it them, but the windows of
+        all the tracks decoded in shared batches, fewer and fuller than a track's alone. A track's
+        windows are joined across its pauses where that takes fewer (plan_fewest_windows). With
+        the assistant (a window at a time), the tracks go one by one. `should_stop` as in
+        `transcribe`."""
+        options = self.decoding_options(config)
+        if not tracks or self.uses_assistant(config, max(track.duration_s for track in tracks)):
+            return [self.transcribe(track, config, should_stop=should_stop) for track in tracks]
+        windows = [
+            TrackWindow(number, window)
+            for number, track in enumerate(tracks)
+            for window in self._windows(track, config.chunk_length_s, multilingual=options.multilingual, fewest=True)
+        ]
+        batches = track_batches(windows, config.effective_batch_size, prompted=bool(options.initial_prompt))
+        spans, languages, warnings = self._transcribe_track_batches(tracks, batches, options, should_stop)
+        return [
+            AsrOutput(
+                chunks=clean_chunks(spans[number], track.duration_s),
+                language=languages[number] or self._default_language(),
+                decoding=BATCHED,
+                warnings=tuple(warnings[number]),
+            )
+            for number, track in enumerate(tracks)
+        ]
+
+    def _transcribe_track_batches(
+        self,
+        tracks: Sequence[Audio],
+        batches: Sequence[tuple[Sequence[TrackWindow], bool]],
+        options: DecodingOptions,
+        should_stop: Optional[StopSignal],
+    ) -> tuple[list[list[Span]], list[Optional[str]], list[list[str]]]:
+        """`track_batches`' batches decoded in turn: each track's spans, language and warnings."""
+        languages = [options.language] * len(tracks)
+        spans: list[list[Span]] = [[] for _ in tracks]
+        warnings: list[list[str]] = [[] for _ in tracks]
+        for number, (batch, prompted) in enumerate(batches):
+            if should_stop is not None:
+                should_stop.check()
+            if number:
+                # What the last batch freed, back to the OS before this one peaks on top of it.
+                release_memory_between_stages(max(track.duration_s for track in tracks))
+            previous = self.previous_tokens(options, first_window=prompted)
+            with as_core_errors("speech recognition", where=f" in {_span_name([one.window for one in batch])}"):
+                window_spans, languages, window_warnings = self._transcribe_track_windows(
+                    tracks, batch, languages, options, previous
+                )
+            for window, one_window_spans, warning in zip(batch, window_spans, window_warnings, strict=True):
+                spans[window.track] += one_window_spans
+                warnings[window.track] += [warning] if warning is not None else []
+        return spans, languages, warnings
+
     def _transcribe_batch(
         self,
         audio: Audio,
@@ -196,19 +256,27 @@ class SpeechRecognizer:
         with as_core_errors("speech recognition", where=f" in {_span_name(windows)}"):
             return self._transcribe_windows(audio, windows, language, options, previous, assistant=assistant)
 
-    def _windows(self, audio: Audio, max_window_s: float, *, multilingual: bool) -> list[SpeechWindow]:
-        if not multilingual:
-            return self.vad.windows(audio.reader, max_window_s, pause_s=self.window_pause_s)
+    def _windows(
+        self, audio: Audio, max_window_s: float, *, multilingual: bool, fewest: bool = False
+    ) -> list[SpeechWindow]:
+        """The speech windows of `audio`: contiguous, or joined as the recognizer is set
+        (`window_pause_s`); with `fewest` and contiguous windows set, joined where that takes
+        fewer (plan_fewest_windows); with `multilingual`, a window ends at a language switch's pause."""
         pause_s = self.window_pause_s
 
         def plan(regions: Sequence[tuple[float, float]]) -> list[SpeechWindow]:
-            if pause_s is None:
-                return plan_windows(regions, max_window_s)
-            return plan_joined_windows(regions, max_window_s, pause_s)
+            if pause_s is not None:
+                return plan_joined_windows(regions, max_window_s, pause_s)
+            if fewest:
+                return plan_fewest_windows(regions, max_window_s, JOINED_WINDOW_PAUSE_S)
+            return plan_windows(regions, max_window_s)
 
+        regions = self.vad.speech_regions(audio.reader, max_region_s=max_window_s)
+        if not multilingual:
+            return plan(regions)
         windows: list[SpeechWindow] = []
         group: list[tuple[float, float]] = []
-        for region in self.vad.speech_regions(audio.reader, max_region_s=max_window_s):
+        for region in regions:
             if group and region[0] - group[-1][1] >= self.language_switch_pause_s:
                 windows += plan(group)
                 group = []
@@ -291,43 +359,74 @@ class SpeechRecognizer:
         *,
         assistant: Any = None,
     ) -> tuple[list[list[Span]], Optional[str], list[str]]:
-        """A batch of windows through the recognizer's stages, in order: encode, detect the
-        language, decode (the lean batched loop, or speculative decoding with `assistant`),
-        conditioned on `previous` text tokens; retry with beams where Whisper's checks fail; drop
-        silence; cut loops; split into segments; time words when `options` asks; map joined
-        windows back to the audio; make the spans. Returns each window's spans on the audio's time
-        line (none for a silent window), the language (detected on the first window when unknown
-        and kept, unless `options.multilingual` detects each window's own) and a warning for each
-        window still looping after beam search, whose text is cut at its last good segment."""
+        """A batch of one audio's windows through the stages (`_transcribe_track_windows`, one
+        track): each window's spans, the language, and the batch's warnings."""
+        track_windows = [TrackWindow(0, window) for window in windows]
+        spans, (language,), warnings = self._transcribe_track_windows(
+            (audio,), track_windows, (language,), options, previous, assistant=assistant
+        )
+        return spans, language, [warning for warning in warnings if warning is not None]
+
+    def _transcribe_track_windows(
+        self,
+        tracks: Sequence[Audio],
+        windows: Sequence[TrackWindow],
+        languages: Sequence[Optional[str]],
+        options: DecodingOptions,
+        previous: Sequence[int] = (),
+        *,
+        assistant: Any = None,
+    ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]]]:
+        """A batch of windows, each cut from its track, through the recognizer's stages, in order:
+        encode, detect the language, decode (the lean batched loop, or speculative decoding with
+        `assistant`), conditioned on `previous` text tokens; retry with beams where Whisper's
+        checks fail; drop silence; cut loops; split into segments; time words when `options`
+        asks; map joined windows back to the audio; make the spans. Returns each window's spans on
+        its track's time line (none for a silent window), each track's language (`languages`:
+        each one's so far; see `_detect_languages_of`) and each window's warning, if it still
+        looped after beam search (its text cut at its last good segment)."""
         import torch
 
-        features = self.features([window.samples(audio.reader) for window in windows])
+        features, lengths = self._features_of(tracks, windows)
         with torch.inference_mode():
-            batch = EncodedBatch(features, self.encode(features), options, previous)
-            languages, language = self._detect_languages_of(batch, language, len(windows))
-            decoded = self._decode(batch, windows, languages, assistant)
+            batch = EncodedBatch(features, self.encode(features), options, previous, lengths)
+            row_languages, languages = self._detect_languages_of(batch, [w.track for w in windows], languages)
+            decoded = self._decode(batch, [window.window for window in windows], row_languages, assistant)
             decoded = [self._retry_with_beams(batch, window) for window in decoded]
             speech = [window for window in decoded if not is_silence(window.greedy, self.fallback)]
             speech = [self._cut_loop(batch, window) for window in speech]
             speech = [self._split_segments(window) for window in speech]
             if options.word_timestamps and speech:
-                speech = self._time_words(batch, audio, speech)
+                speech = self._time_words(batch, speech)
             speech = [_to_audio_times(window) for window in speech]
-        warnings = [window.warning for window in speech if window.warning is not None]
-        return self._to_spans(len(windows), speech), language, warnings
+        warnings: list[Optional[str]] = [None] * len(windows)
+        for window in speech:
+            warnings[window.row] = window.warning
+        return self._to_spans(len(windows), speech), languages, warnings
+
+    def _features_of(self, tracks: Sequence[Audio], windows: Sequence[TrackWindow]) -> tuple[Any, list[int]]:
+        """The windows' features, and each window's length in samples (for word timing)."""
+        samples = [window.window.samples(tracks[window.track].reader) for window in windows]
+        return self.features(samples), [len(one) for one in samples]
 
     def _detect_languages_of(
-        self, batch: EncodedBatch, language: Optional[str], count: int
-    ) -> tuple[list[Optional[str]], Optional[str]]:
-        """Stage 'detect language': each window's language, and the request's. With
-        `multilingual`, each window's own (the request's is the one given, else the first's);
-        else the one given, or the first window's for a multilingual model, on every window."""
+        self, batch: EncodedBatch, tracks: Sequence[int], known: Sequence[Optional[str]]
+    ) -> tuple[list[Optional[str]], list[Optional[str]]]:
+        """Stage 'detect language': each window's language (its track in `tracks`), and each
+        track's (`known`: the one given, else the one its earlier windows found, else None).
+        With `multilingual`, each window's own (a track's is the one given, else its first
+        window's); else the one given, or its track's first window's for a multilingual model,
+        on every window of the track."""
+        known = list(known)
         if batch.options.multilingual:
             languages: list[Optional[str]] = list(self._detect_languages(batch.encoder_states))
-            return languages, language or languages[0]
-        if self.is_multilingual and language is None:
-            language = self._detect_languages(batch.encoder_states[:1])[0]
-        return [language] * count, language
+            for row, track in enumerate(tracks):
+                known[track] = known[track] or languages[row]
+            return languages, known
+        for row, track in enumerate(tracks):
+            if self.is_multilingual and known[track] is None:
+                known[track] = self._detect_languages(batch.encoder_states[row : row + 1])[0]
+        return [known[track] for track in tracks], known
 
     def _decode(
         self,
@@ -402,7 +501,7 @@ class SpeechRecognizer:
         """Stage 'segments': the window's tokens cut at their timestamps (`segments`)."""
         return dataclasses.replace(window, segments=tuple(self.segments(window.window, window.tokens)))
 
-    def _time_words(self, batch: EncodedBatch, audio: Audio, speech: Sequence[WindowDecoding]) -> list[WindowDecoding]:
+    def _time_words(self, batch: EncodedBatch, speech: Sequence[WindowDecoding]) -> list[WindowDecoding]:
         """Stage 'time words': every segment of the windows with speech gets its words (one
         alignment pass for them all), its times moved to its words' as openai/whisper does."""
         timed = self.word_timer.window_words(
@@ -413,7 +512,7 @@ class SpeechRecognizer:
                     start_sequence=tuple(self.decoder.prompt(window.language, batch.options.task)),
                     segments=window.segments,
                     offset_s=window.window.offset_s,
-                    samples=len(window.window.samples(audio.reader)),
+                    samples=batch.lengths[window.row],
                     language=window.language,
                 )
                 for window in speech
@@ -540,6 +639,16 @@ class EncodedBatch:
     encoder_states: Any  # the encoder's output, (windows, frames, width)
     options: DecodingOptions
     previous: Sequence[int]  # the text tokens every window is conditioned on
+    lengths: Sequence[int]  # each window's length in samples
+
+
+@dataclass(frozen=True)
+class TrackWindow:
+    """A speech window of one of the tracks a batch's windows are cut from (`transcribe_tracks`:
+    a call's channels; one audio is track 0)."""
+
+    track: int
+    window: SpeechWindow
 
 
 @dataclass(frozen=True)
@@ -576,9 +685,7 @@ def _segment_to_audio_times(window: SpeechWindow, segment: DecodedSegment) -> De
     return DecodedSegment(segment.tokens, round(start_s, 3), round(end_s, 3), tuple(words))
 
 
-def window_batches(
-    windows: Sequence[SpeechWindow], batch_size: int, *, first_alone: bool = True
-) -> list[Sequence[SpeechWindow]]:
+def window_batches(windows: Sequence[W], batch_size: int, *, first_alone: bool = True) -> list[Sequence[W]]:
     """The windows in decoding order, `batch_size` at a time; with `first_alone`, the first on
     its own before them: its text then comes after one window's decoding, which is what a stream
     or a progress display waits for first, and an initial prompt conditions it alone. Without a
@@ -593,6 +700,23 @@ def window_batches(
     start = 1 if first_alone else 0
     head = [windows[:1]] if first_alone else []
     return head + [windows[first : first + batch_size] for first in range(start, len(windows), batch_size)]
+
+
+def track_batches(
+    windows: Sequence[TrackWindow], batch_size: int, *, prompted: bool
+) -> list[tuple[Sequence[TrackWindow], bool]]:
+    """The windows of several tracks (in track order) in shared batches of `batch_size`, each
+    batch with whether the initial prompt conditions it. With `prompted`, each track's first
+    window goes in the first batches, prompted, as `transcribe` decodes a track's first window
+    alone with the prompt; the other windows follow, unprompted."""
+    if not prompted:
+        return [(batch, False) for batch in window_batches(windows, batch_size, first_alone=False)]
+    first = [not number or windows[number - 1].track != window.track for number, window in enumerate(windows)]
+    firsts = [window for window, is_first in zip(windows, first, strict=True) if is_first]
+    rest = [window for window, is_first in zip(windows, first, strict=True) if not is_first]
+    return [(batch, True) for batch in window_batches(firsts, batch_size, first_alone=False)] + [
+        (batch, False) for batch in window_batches(rest, batch_size, first_alone=False)
+    ]
 
 
 def _parts(rows: Sequence[int], most: int) -> list[list[int]]:
