@@ -1,10 +1,10 @@
-"""A request's memory does not grow with the recording: the same server (whisper-tiny.en's real
-weights, the built-in diarizer) answers 2 and 8 minutes of real meeting speech (the AMI snippets
-and pyannote's sample joined, as MP3) with `diarized_json`, batches of 4 windows, so that both
-fill whole batches; the 8 minutes' peak growth (VmHWM, reset before the request, minus VmRSS
-before it) stays within 1.5x of the 2 minutes' (the issue's bound for 20 minutes to an hour) and
-under an absolute bound. benchmarks/memory/memory_growth.py measures the default server from
-1 minute to 4 hours (benchmarks/memory/README.md).
+"""A request's memory does not grow with the recording: the default server (whisper-base's real
+weights, the built-in diarizer, the default batch) answers 20 minutes and an hour of real meeting
+speech (the AMI snippets and pyannote's sample joined, as MP3) with `diarized_json`; the hour's
+peak growth (VmHWM, reset before the request, minus VmRSS before it) stays within 1.5x of the 20
+minutes' and under 1.2 GB. benchmarks/memory/memory_growth.py measures the same server from 1
+minute to 4 hours (benchmarks/memory/README.md); four hours of silence are held to their bound
+in tests/server/test_server_bombs.py.
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from tests.support.server import server_subprocess
 
 pytestmark = pytest.mark.slow
 
-MINUTES = (2.0, 8.0)
+MINUTES = (20.0, 60.0)
 MAX_GROWTH_RATIO = 1.5
-# What the two lengths measured is in benchmarks/memory/README.md: the 8 minutes grow a quarter
-# more than the 2 (the diarizer's state and the longer transcript); the bound leaves room for
-# another machine's allocator, not for a term that follows the length.
-MAX_GROWTH_MB = 400.0
+# The bounds the issue set; what the two lengths measured is in benchmarks/memory/README.md.
+MAX_GROWTH_MB = 1200.0
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -35,7 +33,7 @@ def memory_mb(pid: int) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def server(converted_model, tmp_path_factory) -> Iterator[tuple[str, int]]:
-    env = {"ASR_MODEL": str(converted_model("whisper-tiny.en")), "DIARIZATION_MODEL": "builtin", "DEVICE": "cpu"}
+    env = {"ASR_MODEL": str(converted_model("whisper-base")), "DIARIZATION_MODEL": "builtin", "DEVICE": "cpu"}
     log = tmp_path_factory.mktemp("memory-curve") / "server.log"
     with server_subprocess(env, log) as (url, process):
         yield url, process.pid
@@ -49,7 +47,7 @@ def peak_growth_mb(url: str, pid: int, minutes: float) -> tuple[float, dict]:
     response = requests.post(
         f"{url}/v1/audio/transcriptions",
         files={"file": ("meeting.mp3", data, "audio/mpeg")},
-        data={"language": "en", "response_format": "diarized_json", "batch_size": "4"},
+        data={"language": "en", "response_format": "diarized_json"},
         timeout=1800,
     )
     assert response.status_code == 200, response.text
