@@ -104,18 +104,19 @@ def test_the_decoders_memory_is_bounded_by_its_budget_not_by_the_batch(tiny_en_e
     cores: 236 MiB in parts, 413 MiB at once; the rest is features, encoder states and passes)."""
     import whosaid.recognition.recognizer as recognizer_module
     from whosaid.audio.vad import SpeechWindow
+    from whosaid.recognition.recognizer import TrackWindow
     from whosaid.runtime.memory import unmap_freed_large_blocks
 
     recognizer = tiny_en_engine.recognizer
     assert recognizer.model.device.type == "cpu"
     unmap_freed_large_blocks()  # as an Engine sets it once loaded; the test may run on its own
-    windows = [SpeechWindow(14.0, 22.0)] * BATCH_WINDOWS
+    windows = [TrackWindow(0, SpeechWindow(14.0, 22.0))] * BATCH_WINDOWS
     options = recognizer.decoding_options(config(language="en"))
     layers, width = len(recognizer.decoder.step.layers), recognizer.model.config.d_model
     per_window = layers * 2 * 1500 * width * 4
 
     def batch():
-        return recognizer._transcribe_windows(sample_audio, windows, None, options)
+        return recognizer._transcribe_track_windows((sample_audio,), windows, (None,), options)
 
     monkeypatch.setattr(recognizer_module, "DECODER_CROSS_BYTES_CPU", 2 * per_window + 1)
     parts_mb, in_parts = peak_growth_mb(batch)

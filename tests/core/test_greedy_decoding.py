@@ -277,13 +277,13 @@ def test_the_first_window_goes_alone_only_when_someone_waits_for_it(tiny_en_engi
     recognizer = tiny_en_engine.recognizer
     audio = audio_from_array(np.tile(sample_audio.samples, 4), RATE)
     batches: list[int] = []
-    decode_windows = recognizer._transcribe_windows
+    decode_windows = recognizer._transcribe_track_windows
 
-    def recorded(audio, windows, *args, **kwargs):
+    def recorded(tracks, windows, *args, **kwargs):
         batches.append(len(windows))
-        return decode_windows(audio, windows, *args, **kwargs)
+        return decode_windows(tracks, windows, *args, **kwargs)
 
-    monkeypatch.setattr(recognizer, "_transcribe_windows", recorded)
+    monkeypatch.setattr(recognizer, "_transcribe_track_windows", recorded)
     plain = config(language="en", batch_size=8)
     recognizer.transcribe(audio, plain)
     assert batches == [4]

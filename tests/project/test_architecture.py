@@ -112,7 +112,7 @@ def test_the_recognizers_kernels_import_nothing_of_the_package_outside_them() ->
         assert outside == [], f"{path.relative_to(REPO_ROOT)} imports {outside}"
 
 
-# The recognizer's window-transcription path: `SpeechRecognizer._transcribe_windows` and its
+# The recognizer's window-transcription path: `SpeechRecognizer._transcribe_track_windows` and its
 # stages (recognizer), the greedy loop and the decoding measures (greedy), the logits rules
 # (logits_rules), word timing (word_timing) and the segment and span types (segments). Every
 # function there reads top to bottom in at most this many lines, docstring included. The CPU
@@ -144,7 +144,7 @@ def test_the_recognizers_window_path_has_no_function_over_40_lines() -> None:
         for name in RECOGNIZER_PATH
         for function, length in function_lengths(PACKAGE / "recognition" / name).items()
     }
-    assert "recognizer.py:SpeechRecognizer._transcribe_windows" in lengths
+    assert "recognizer.py:SpeechRecognizer._transcribe_track_windows" in lengths
     assert "greedy.py:GreedyWhisperDecoder._decode_rows" in lengths
     too_long = {function: length for function, length in lengths.items() if length > MAX_FUNCTION_LINES}
     assert too_long == {}

@@ -163,13 +163,15 @@ class SpeechRecognizer:
         spans: list[Span] = []
         warnings: list[str] = []
         first_alone = on_window is not None or bool(options.initial_prompt)
-        for number, batch in enumerate(window_batches(windows, batch_size, first_alone=first_alone)):
+        batches = window_batches([TrackWindow(0, window) for window in windows], batch_size, first_alone=first_alone)
+        for number, batch in enumerate(batches):
             if should_stop is not None:
                 should_stop.check()
-            window_spans, language, batch_warnings = self._transcribe_batch(
-                audio, batch, number, language, options, assistant=self.assistant if assisted else None
+            assistant = self.assistant if assisted else None
+            window_spans, (language,), batch_warnings = self._transcribe_batch(
+                (audio,), batch, number, (language,), options, prompted=number == 0, assistant=assistant
             )
-            warnings += batch_warnings
+            warnings += [warning for warning in batch_warnings if warning is not None]
             for one_window_spans in window_spans:
                 spans += one_window_spans
                 if on_window is not None:
@@ -224,14 +226,9 @@ class SpeechRecognizer:
         for number, (batch, prompted) in enumerate(batches):
             if should_stop is not None:
                 should_stop.check()
-            if number:
-                # What the last batch freed, back to the OS before this one peaks on top of it.
-                release_memory_between_stages(max(track.duration_s for track in tracks))
-            previous = self.previous_tokens(options, first_window=prompted)
-            with as_core_errors("speech recognition", where=f" in {_span_name([one.window for one in batch])}"):
-                window_spans, languages, window_warnings = self._transcribe_track_windows(
-                    tracks, batch, languages, options, previous
-                )
+            window_spans, languages, window_warnings = self._transcribe_batch(
+                tracks, batch, number, languages, options, prompted=prompted
+            )
             for window, one_window_spans, warning in zip(batch, window_spans, window_warnings, strict=True):
                 spans[window.track] += one_window_spans
                 warnings[window.track] += [warning] if warning is not None else []
@@ -239,22 +236,24 @@ class SpeechRecognizer:
 
     def _transcribe_batch(
         self,
-        audio: Audio,
-        windows: Sequence[SpeechWindow],
+        tracks: Sequence[Audio],
+        windows: Sequence[TrackWindow],
         number: int,
-        language: Optional[str],
+        languages: Sequence[Optional[str]],
         options: DecodingOptions,
         *,
-        assistant: Any,
-    ) -> tuple[list[list[Span]], Optional[str], list[str]]:
-        """The `number`th batch of windows (`_transcribe_windows`), the prompt on the first only."""
+        prompted: bool,
+        assistant: Any = None,
+    ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]]]:
+        """The `number`th batch of windows (`_transcribe_track_windows`), conditioned on the
+        initial prompt when `prompted`."""
         if number:
             # What the last batch freed, back to the OS before this one peaks on top of it.
-            release_memory_between_stages(audio.duration_s)
-        previous = self.previous_tokens(options, first_window=number == 0)
+            release_memory_between_stages(max(track.duration_s for track in tracks))
+        previous = self.previous_tokens(options, first_window=prompted)
         # The whole request fails: say where, so that the audio can be checked or cut there.
-        with as_core_errors("speech recognition", where=f" in {_span_name(windows)}"):
-            return self._transcribe_windows(audio, windows, language, options, previous, assistant=assistant)
+        with as_core_errors("speech recognition", where=f" in {_span_name([one.window for one in windows])}"):
+            return self._transcribe_track_windows(tracks, windows, languages, options, previous, assistant=assistant)
 
     def _windows(
         self, audio: Audio, max_window_s: float, *, multilingual: bool, fewest: bool = False
@@ -348,24 +347,6 @@ class SpeechRecognizer:
         step = ENCODER_WINDOWS_PER_PASS_CPU if features.device.type == "cpu" else ENCODER_WINDOWS_PER_PASS_GPU
         parts = [encoder(features[first : first + step]).last_hidden_state for first in range(0, len(features), step)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def _transcribe_windows(
-        self,
-        audio: Audio,
-        windows: Sequence[SpeechWindow],
-        language: Optional[str],
-        options: DecodingOptions,
-        previous: Sequence[int] = (),
-        *,
-        assistant: Any = None,
-    ) -> tuple[list[list[Span]], Optional[str], list[str]]:
-        """A batch of one audio's windows through the stages (`_transcribe_track_windows`, one
-        track): each window's spans, the language, and the batch's warnings."""
-        track_windows = [TrackWindow(0, window) for window in windows]
-        spans, (language,), warnings = self._transcribe_track_windows(
-            (audio,), track_windows, (language,), options, previous, assistant=assistant
-        )
-        return spans, language, [warning for warning in warnings if warning is not None]
 
     def _transcribe_track_windows(
         self,
