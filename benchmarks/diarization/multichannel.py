@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from benchmarks.common.environment import load_average
 from benchmarks.common.scoring import SHARED_DATA
 
 ASR_DIR = SHARED_DATA / "asr"
@@ -198,12 +199,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.no_levels:
         print_levels(asr, data)
     return 0
-
-
-def load_average() -> str:
-    import os
-
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def print_levels(asr, data: bytes) -> None:

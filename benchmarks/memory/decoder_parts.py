@@ -31,23 +31,24 @@ from benchmarks.common.environment import (
 )
 from benchmarks.common.report import markdown_table, write_results
 
-MODES = ("bounded", "whole", "parts", "threshold")
-MODE_HELP = {
-    "bounded": "decoder in parts (DECODER_CROSS_BYTES_CPU), fixed mmap threshold: the code as it is",
-    "whole": "the whole batch at once, glibc's default threshold: as before",
-    "parts": "decoder in parts, glibc's default threshold",
-    "threshold": "the whole batch at once, fixed mmap threshold",
+#: The named modes: what each runs, and its (DECODER_CROSS_BYTES_CPU, MMAP_THRESHOLD_BYTES), None
+#: for the code's own value, 0 for the whole batch or glibc's default threshold.
+NAMED_MODES: dict[str, tuple[str, int | None, int | None]] = {
+    "bounded": ("decoder in parts (DECODER_CROSS_BYTES_CPU), fixed mmap threshold: the code as it is", None, None),
+    "whole": ("the whole batch at once, glibc's default threshold: as before", 0, 0),
+    "parts": ("decoder in parts, glibc's default threshold", None, 0),
+    "threshold": ("the whole batch at once, fixed mmap threshold", 0, None),
 }
+MODES = tuple(NAMED_MODES)
+MODE_HELP = {mode: what for mode, (what, _, _) in NAMED_MODES.items()}
 #: Any other mode: "<budget MB>mb-<threshold kB>kb" (0 for whole, 0 for glibc's default), e.g. "640mb-4096kb".
 CUSTOM_HELP = "<budget MB>mb-<threshold kB>kb: the decoder's budget and a fixed mmap threshold (0: whole, default)"
 
 
 def mode_settings(mode: str) -> tuple[int | None, int | None]:
-    """(DECODER_CROSS_BYTES_CPU, MMAP_THRESHOLD_BYTES) of a mode; None: the code's own value,
-    0: the whole batch or glibc's default threshold."""
-    named = {"bounded": (None, None), "whole": (0, 0), "parts": (None, 0), "threshold": (0, None)}
-    if mode in named:
-        return named[mode]
+    """(DECODER_CROSS_BYTES_CPU, MMAP_THRESHOLD_BYTES) of a mode, as NAMED_MODES gives them."""
+    if mode in NAMED_MODES:
+        return NAMED_MODES[mode][1:]
     budget, threshold = mode.split("-")
     if not (budget.endswith("mb") and threshold.endswith("kb")):
         raise argparse.ArgumentTypeError(f"mode {mode!r}: expected one of {', '.join(MODES)} or {CUSTOM_HELP}")
