@@ -25,7 +25,14 @@ import requests
 
 from benchmarks.common.environment import REPO_ROOT, describe_machine, machine_info
 from benchmarks.common.report import RESULTS_DIR, markdown_table, write_results
-from benchmarks.server.local_server import LocalServer, free_port, memory_mb, start_server, wait_until_ready
+from benchmarks.server.local_server import (
+    LocalServer,
+    free_port,
+    memory_mb,
+    reset_peak,
+    start_server,
+    wait_until_ready,
+)
 from tests.support.audio_bombs import flac_bomb
 
 DEFAULT_POINTS = ("silence:1", "silence:20", "silence:60", "silence:240", "speech:1", "speech:20", "speech:60")
@@ -56,8 +63,7 @@ def recording(kind: str, minutes: float) -> tuple[bytes, str, dict[str, str]]:
 def measure(server: LocalServer, kind: str, minutes: float) -> dict[str, Any]:
     data, media_type, form = recording(kind, minutes)
     pid = server.process.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # VmHWM := VmRSS
+    reset_peak(pid)
     before = memory_mb(pid)
     started = time.monotonic()
     response = requests.post(

@@ -28,7 +28,7 @@ import requests
 
 from benchmarks.common.environment import REPO_ROOT, describe_machine, load_average, machine_info
 from benchmarks.common.report import RESULTS_DIR, fmt, fmt_load, markdown_table, write_results
-from benchmarks.server.local_server import LocalServer, free_port, memory_mb, wait_until_ready
+from benchmarks.server.local_server import LocalServer, free_port, memory_mb, reset_peak, wait_until_ready
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, flac_bomb
 
 UPLOAD_LIMIT_BYTES = 25 * 2**20
@@ -79,8 +79,7 @@ def server(source: Path, model: str, limit_s: Optional[float], log_path: Path) -
 
 def measure(running: LocalServer, data: bytes, media_type: str) -> dict[str, Any]:
     pid = running.process.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # VmHWM := VmRSS
+    reset_peak(pid)
     before = memory_mb(pid)
     started = time.perf_counter()
     response = requests.post(

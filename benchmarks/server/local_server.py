@@ -27,6 +27,12 @@ def memory_mb(pid: int) -> dict[str, float]:
     return {name: int(value.split()[0]) / 1024 for name, value in fields.items()}
 
 
+def reset_peak(pid: int) -> None:
+    """Set a process's VmHWM (its peak) to its VmRSS now, so that the next peak read is a request's."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

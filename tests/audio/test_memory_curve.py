@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from benchmarks.memory.long_meeting import build_meeting, encode_mp3
+from benchmarks.server.local_server import memory_mb, reset_peak
 from tests.support.server import server_subprocess
 
 pytestmark = pytest.mark.slow
@@ -23,12 +24,6 @@ MINUTES = (20.0, 60.0)
 MAX_GROWTH_RATIO = 1.5
 # The bounds the issue set; what the two lengths measured is in benchmarks/memory/README.md.
 MAX_GROWTH_MB = 1200.0
-
-
-def memory_mb(pid: int) -> dict[str, float]:
-    with open(f"/proc/{pid}/status") as status:
-        fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
-    return {name: int(value.split()[0]) / 1024 for name, value in fields.items()}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +36,7 @@ def server(converted_model, tmp_path_factory) -> Iterator[tuple[str, int]]:
 
 def peak_growth_mb(url: str, pid: int, minutes: float) -> tuple[float, dict]:
     data = encode_mp3(build_meeting(minutes))
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # VmHWM := VmRSS
+    reset_peak(pid)
     before = memory_mb(pid)
     response = requests.post(
         f"{url}/v1/audio/transcriptions",

@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 import requests
 
+from benchmarks.server.local_server import memory_mb, reset_peak
 from tests.support.audio_bombs import BOMBS, FOUR_HOURS_PLUS_S, UPLOAD_LIMIT_FLAC_S, Bomb, flac_bomb
 from tests.support.audio_files import encode
 from tests.support.server import server_subprocesses
@@ -39,17 +40,6 @@ MAX_SILENCE_GROWTH_MB = 150.0
 MAX_ANSWER_S = 1.0
 ROUTES = ("raw", "transcriptions", "json")
 BOMBS_BY_NAME = {bomb.name: bomb for bomb in BOMBS}
-
-
-def memory_mb(pid: int) -> dict[str, float]:
-    with open(f"/proc/{pid}/status") as status:
-        fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
-    return {name: int(value.split()[0]) / 1024 for name, value in fields.items()}
-
-
-def reset_peak(pid: int) -> None:
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # VmHWM := VmRSS
 
 
 def post(url: str, route: str, data: bytes, media_type: str) -> requests.Response:
