@@ -20,7 +20,8 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
-from whosaid.results import Chunk, Transcript, sorted_turns
+from whosaid.results import Chunk, Transcript, identity_json, sorted_turns
+from whosaid.transcript_json import SpeakerIdentityModel
 
 Task = Literal["transcribe", "translate"]
 JSON_MEDIA_TYPE = "application/json"
@@ -79,21 +80,6 @@ class DurationUsage(BaseModel):
 
     type: Literal["duration"] = "duration"
     seconds: float = Field(description="duration of the input audio in seconds")
-
-
-class SpeakerIdentityModel(BaseModel):
-    """What known-speaker matching decided for one diarized speaker."""
-
-    speaker: str = Field(description="the label the response uses: the matched name, else SPEAKER_NN")
-    diarized_as: str = Field(description="the diarizer's own label")
-    name: Optional[str] = Field(description="the known voice it matched; null below the threshold")
-    similarity: Optional[float] = Field(
-        description="cosine similarity to the matched voice (the closest one when unmatched); null "
-        "without known voices or when the speaker said too little to embed"
-    )
-    embedding: Optional[list[float]] = Field(
-        default=None, exclude_if=_is_none, description="with return_speaker_embeddings=true (unit length)"
-    )
 
 
 class JsonTranscription(BaseModel):
@@ -400,7 +386,7 @@ def _usage(transcript: Transcript) -> DurationUsage:
 def _identities(transcript: Transcript) -> Optional[list[SpeakerIdentityModel]]:
     if not transcript.speaker_identities:
         return None
-    return [SpeakerIdentityModel.model_validate(identity.to_dict()) for identity in transcript.speaker_identities]
+    return [identity_json(identity) for identity in transcript.speaker_identities]
 
 
 def _warnings(transcript: Transcript) -> Optional[list[str]]:
@@ -408,7 +394,7 @@ def _warnings(transcript: Transcript) -> Optional[list[str]]:
 
 
 def _seconds(value_s: float) -> float:
-    # Millisecond precision, as Transcript.to_dict rounds its timestamps.
+    # Millisecond precision, as POST /'s answer (to_transcript_json) rounds its timestamps.
     return round(value_s, 3)
 
 

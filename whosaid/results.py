@@ -1,9 +1,20 @@
-"""Typed results of the core. JSON (and SRT, VTT, RTTM) is made only at the edges."""
+"""Typed results of the core. JSON (and SRT, VTT, RTTM) is made only at the edges; the one JSON
+made here is POST /'s answer, the original handler's response (`to_transcript_json`, whose
+models, in whosaid.transcript_json, are the server's response model too)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
+
+from whosaid.transcript_json import (
+    SpeakerIdentityModel,
+    TranscriptChunk,
+    TranscriptResponse,
+    TranscriptSpeakerSegment,
+    TranscriptTurn,
+    TranscriptWord,
+)
 
 
 @dataclass(frozen=True)
@@ -15,13 +26,6 @@ class Word:
     start_s: float
     end_s: float
     probability: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "timestamp": [round(self.start_s, 3), round(self.end_s, 3)],
-            "probability": round(self.probability, 4),
-        }
 
 
 @dataclass(frozen=True)
@@ -39,16 +43,6 @@ class Chunk:
     #: are that channel's too.
     channel: Optional[int] = None
 
-    def to_dict(self, *, words: bool = False, language: bool = False) -> dict[str, Any]:
-        response: dict[str, Any] = {"timestamp": [round(self.start_s, 3), round(self.end_s, 3)], "text": self.text}
-        if words:
-            response["words"] = [word.to_dict() for word in self.words]
-        if language and self.language is not None:
-            response["language"] = self.language
-        if self.channel is not None:
-            response["channel"] = self.channel
-        return response
-
 
 @dataclass(frozen=True)
 class SpeakerTurn:
@@ -62,15 +56,8 @@ class SpeakerTurn:
     channel: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
-        # pyannote's own serialisation of a diarization (DiarizeOutput.serialize) uses these keys.
-        response: dict[str, Any] = {
-            "speaker": self.speaker,
-            "start": round(self.start_s, 3),
-            "end": round(self.end_s, 3),
-        }
-        if self.channel is not None:
-            response["channel"] = self.channel
-        return response
+        """The turn as POST /'s `turns` list it (pyannote's keys: speaker, start, end)."""
+        return turn_json(self).model_dump(mode="json")
 
 
 @dataclass(frozen=True)
@@ -102,17 +89,6 @@ class SpeakerIdentity:
     #: The speaker's embedding (unit length), when the request asked for it.
     embedding: Optional[tuple[float, ...]] = None
 
-    def to_dict(self) -> dict[str, Any]:
-        response: dict[str, Any] = {
-            "speaker": self.speaker,
-            "diarized_as": self.diarized_as,
-            "name": self.name,
-            "similarity": self.similarity,
-        }
-        if self.embedding is not None:
-            response["embedding"] = [round(value, 6) for value in self.embedding]
-        return response
-
 
 @dataclass(frozen=True)
 class SpeakerSegment:
@@ -125,16 +101,6 @@ class SpeakerSegment:
     chunks: tuple[Chunk, ...] = ()
     #: The channel it was said on, for multichannel transcripts.
     channel: Optional[int] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        response: dict[str, Any] = {
-            "speaker": self.speaker,
-            "text": self.text,
-            "timestamp": [round(self.start_s, 3), round(self.end_s, 3)],
-        }
-        if self.channel is not None:
-            response["channel"] = self.channel
-        return response
 
 
 @dataclass(frozen=True)
@@ -166,31 +132,79 @@ class Transcript:
 
     def to_dict(self) -> dict[str, Any]:
         """The response of the original handler: text, chunks, speakers, plus language and warnings;
-        with a diarizer, also its turns (overlap included), which `speakers` cannot show."""
-        response: dict[str, Any] = {
-            "text": self.text,
-            "chunks": [
-                chunk.to_dict(words=self.word_timestamps, language=self.multilingual) for chunk in self.chunks
-            ],
-            "speakers": [segment.to_dict() for segment in self.speakers],
-        }
-        if self.diarized:
-            response["turns"] = [turn.to_dict() for turn in sorted_turns(self.turns)]
-        if self.language is not None:
-            response["language"] = self.language
-        response["duration"] = round(self.duration_s, 3)
-        if self.decoding is not None:
-            response["decoding"] = self.decoding
-        if self.channels:
-            response["channels"] = self.channels
-        if self.speaker_identities:
-            response["speaker_identities"] = [identity.to_dict() for identity in self.speaker_identities]
-        if self.warnings:
-            response["warnings"] = list(self.warnings)
-        return response
+        with a diarizer, also its turns (overlap included), which `speakers` cannot show. The
+        JSON of `to_transcript_json(self)`, the model POST / declares."""
+        return to_transcript_json(self).model_dump(mode="json")
 
 
 def sorted_turns(turns: Sequence[SpeakerTurn]) -> list[SpeakerTurn]:
     """Turns in the order every output lists them: by start, then end, then speaker (two speakers
     may start at the same instant when they overlap)."""
     return sorted(turns, key=lambda turn: (turn.start_s, turn.end_s, turn.speaker))
+
+
+def to_transcript_json(transcript: Transcript) -> TranscriptResponse:
+    """POST /'s answer: times in seconds to the millisecond, probabilities to 4 decimals,
+    embeddings to 6. A chunk lists its words when the request asked for word timestamps, its
+    language when languages were detected per window; the turns come with a diarizer; what the
+    transcript does not have (language, decoding, channels, identities, warnings) is left out."""
+
+    def chunk_json(chunk: Chunk) -> TranscriptChunk:
+        return TranscriptChunk(
+            timestamp=_span(chunk.start_s, chunk.end_s),
+            text=chunk.text,
+            words=[_word_json(word) for word in chunk.words] if transcript.word_timestamps else None,
+            language=chunk.language if transcript.multilingual else None,
+            channel=chunk.channel,
+        )
+
+    segments = [
+        TranscriptSpeakerSegment(
+            speaker=segment.speaker,
+            text=segment.text,
+            timestamp=_span(segment.start_s, segment.end_s),
+            channel=segment.channel,
+        )
+        for segment in transcript.speakers
+    ]
+    return TranscriptResponse(
+        text=transcript.text,
+        chunks=[chunk_json(chunk) for chunk in transcript.chunks],
+        speakers=segments,
+        turns=[turn_json(turn) for turn in sorted_turns(transcript.turns)] if transcript.diarized else None,
+        language=transcript.language,
+        duration=round(transcript.duration_s, 3),
+        decoding=transcript.decoding,
+        channels=transcript.channels or None,
+        speaker_identities=[identity_json(i) for i in transcript.speaker_identities] or None,
+        warnings=list(transcript.warnings) or None,
+    )
+
+
+def _word_json(word: Word) -> TranscriptWord:
+    return TranscriptWord(
+        text=word.text, timestamp=_span(word.start_s, word.end_s), probability=round(word.probability, 4)
+    )
+
+
+def turn_json(turn: SpeakerTurn) -> TranscriptTurn:
+    """A diarizer's turn as POST /'s `turns` list it."""
+    return TranscriptTurn(
+        speaker=turn.speaker, start=round(turn.start_s, 3), end=round(turn.end_s, 3), channel=turn.channel
+    )
+
+
+def identity_json(identity: SpeakerIdentity) -> SpeakerIdentityModel:
+    """One diarized speaker's match, as POST / and the OpenAI routes' JSON formats list it."""
+    embedding = None if identity.embedding is None else [round(value, 6) for value in identity.embedding]
+    return SpeakerIdentityModel(
+        speaker=identity.speaker,
+        diarized_as=identity.diarized_as,
+        name=identity.name,
+        similarity=identity.similarity,
+        embedding=embedding,
+    )
+
+
+def _span(start_s: float, end_s: float) -> tuple[float, float]:
+    return (round(start_s, 3), round(end_s, 3))

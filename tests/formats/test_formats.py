@@ -289,3 +289,57 @@ def test_words_in_verbose_json_and_the_response_only_when_asked() -> None:
     ]
     TranscriptResponse.model_validate(asked.to_dict())
     assert to_srt(asked) == to_srt(PLAIN) and to_vtt(asked) == to_vtt(PLAIN)  # subtitles stay segment cues
+
+
+def test_post_s_answer_and_its_openapi_schema_come_from_one_class() -> None:
+    """POST /'s response model is the class the core fills for `Transcript.to_dict()`, and a
+    transcript with everything (words, languages, speakers, turns, identities, channels,
+    warnings) dumps to exactly its dict through it, nulls and absent keys as they are."""
+    import dataclasses
+    import typing
+
+    from whosaid.results import SpeakerIdentity, to_transcript_json
+    from whosaid.server.routes.inference import router
+
+    route = next(route for route in router.routes if getattr(route, "path", None) == "/")
+    assert route.response_model is TranscriptResponse
+    assert typing.get_type_hints(to_transcript_json)["return"] is TranscriptResponse
+    words = (Word(" Hello", 0.0, 0.61234, 0.912345), Word(" there.", 0.7, 1.5, 0.5))
+    hello = dataclasses.replace(HELLO, words=words, language="en", channel=0)
+    everything = dataclasses.replace(
+        DIARIZED,
+        chunks=(hello, dataclasses.replace(ANSWER, language="fr", channel=1)),
+        speakers=tuple(dataclasses.replace(s, channel=i) for i, s in enumerate(DIARIZED.speakers)),
+        turns=(SpeakerTurn(0.2, 1.4, "SPEAKER_00", 0), SpeakerTurn(1.6, 3661.0, "SPEAKER_01", 1)),
+        word_timestamps=True,
+        multilingual=True,
+        speaker_identities=(
+            SpeakerIdentity("alice", "SPEAKER_00", "alice", 0.81, (0.6, -0.8000004, 1e-6)),
+            SpeakerIdentity("SPEAKER_01", "SPEAKER_01", None, None),
+        ),
+        channels=2,
+    )
+    as_dict = everything.to_dict()
+    assert type(to_transcript_json(everything)) is TranscriptResponse
+    assert TranscriptResponse.model_validate(as_dict).model_dump(mode="json") == as_dict
+    assert list(as_dict) == [
+        "text", "chunks", "speakers", "turns", "language", "duration", "decoding", "channels",
+        "speaker_identities", "warnings",
+    ]
+    assert as_dict["chunks"][0] == {
+        "timestamp": [0.0, 1.5],
+        "text": " Hello there.",
+        "words": [
+            {"text": " Hello", "timestamp": [0.0, 0.612], "probability": 0.9123},
+            {"text": " there.", "timestamp": [0.7, 1.5], "probability": 0.5},
+        ],
+        "language": "en",
+        "channel": 0,
+    }
+    assert as_dict["turns"][1] == {"speaker": "SPEAKER_01", "start": 1.6, "end": 3661.0, "channel": 1}
+    assert as_dict["speaker_identities"] == [
+        {"speaker": "alice", "diarized_as": "SPEAKER_00", "name": "alice", "similarity": 0.81,
+         "embedding": [0.6, -0.8, 1e-6]},
+        {"speaker": "SPEAKER_01", "diarized_as": "SPEAKER_01", "name": None, "similarity": None},
+    ]
+    assert as_dict["channels"] == 2 and as_dict["warnings"] == ["unknown parameter 'beam_size' was ignored"]

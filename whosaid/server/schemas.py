@@ -1,5 +1,7 @@
 """Request and response models of the Inference Endpoints route and the operations routes.
-(The OpenAI routes' response models live in whosaid.formats, beside the code that builds them.)"""
+(POST /'s response model, TranscriptResponse, is whosaid.transcript_json's, the class the core
+fills for `Transcript.to_dict()`; the OpenAI routes' live in whosaid.formats, beside the code
+that builds them.)"""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from typing_extensions import Annotated
 
 from whosaid.config import InferenceConfig
-from whosaid.formats import SpeakerIdentityModel
+
+# POST /'s response model: the class the core fills (re-exported, where the routes' models are).
+from whosaid.transcript_json import TranscriptResponse  # noqa: F401
 
 
 def _is_none(value: object) -> bool:
@@ -38,79 +42,6 @@ class InferenceRequest(BaseModel):
     parameters: Annotated[
         Any, WithJsonSchema({"anyOf": [InferenceConfig.model_json_schema(), {"type": "null"}]})
     ] = None
-
-
-class TranscriptWord(BaseModel):
-    text: str = Field(description="the word with its leading space; a chunk's words join into its text")
-    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
-    probability: float = Field(description="mean probability of the word's tokens")
-
-
-class TranscriptChunk(BaseModel):
-    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
-    text: str
-    words: Optional[list[TranscriptWord]] = Field(
-        default=None, exclude_if=_is_none, description="with return_timestamps='word'"
-    )
-    language: Optional[str] = Field(
-        default=None, exclude_if=_is_none, description="the chunk's language, with multilingual=true"
-    )
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
-
-
-class TranscriptSpeakerSegment(BaseModel):
-    speaker: str
-    text: str
-    timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
-
-
-class TranscriptTurn(BaseModel):
-    speaker: str
-    start: float = Field(description="seconds from the start of the audio")
-    end: float = Field(description="seconds from the start of the audio")
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
-
-
-class TranscriptResponse(BaseModel):
-    """`Transcript.to_dict()`: the original handler's response (text, chunks, speakers) plus language,
-    duration, decoding path and warnings. Fields the core leaves out are left out here too."""
-
-    text: str
-    chunks: list[TranscriptChunk]
-    speakers: list[TranscriptSpeakerSegment] = Field(
-        description="consecutive chunks by one speaker; empty without a diarization model"
-    )
-    turns: Optional[list[TranscriptTurn]] = Field(
-        default=None,
-        exclude_if=_is_none,
-        description="with a diarization model: who spoke when, as the diarizer found it, sorted by "
-        "start; two turns may overlap where two speakers talk at once (the `speakers` segments give "
-        "each word to one speaker)",
-    )
-    language: Optional[str] = Field(default=None, exclude_if=_is_none)
-    duration: float = Field(description="duration of the input audio in seconds")
-    decoding: Optional[Literal["assisted", "batched"]] = Field(
-        default=None, exclude_if=_is_none, description="absent when nothing was decoded (silence)"
-    )
-    channels: Optional[int] = Field(
-        default=None,
-        exclude_if=_is_none,
-        description="with multichannel=true on audio of several channels: how many were transcribed apart",
-    )
-    speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
-        default=None,
-        exclude_if=_is_none,
-        description="with known speakers (a voice library, known_speakers) or return_speaker_embeddings: "
-        "one entry per diarized speaker",
-    )
-    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
 
 
 class VoiceEntry(BaseModel):

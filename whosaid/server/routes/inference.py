@@ -50,8 +50,8 @@ _REQUEST_BODY = {
 async def infer(request: Request, service: TranscriptionService = Depends(get_service)) -> JSONResponse:
     inputs, parameters = await _read_request(request)
     transcript = await service.transcribe(inputs, parameters, is_disconnected=request.is_disconnected)
-    response = TranscriptResponse.model_validate(transcript.to_dict())
-    return JSONResponse(response.model_dump(mode="json"))
+    # The handler's answer: the JSON of TranscriptResponse, the response model, as the core fills it.
+    return JSONResponse(transcript.to_dict())
 
 
 async def _read_request(request: Request) -> tuple[Any, dict[str, Any]]:
