@@ -4,8 +4,9 @@ shows who spoke when (whosaid.ui).
 
 `FORMATS` is the one table of them: a row per format says how it is rendered and what the edges
 need to know about it (media type, the CLI's file suffix, whether it needs speakers or word
-timestamps, whether stream=true can carry it). The OpenAI routes, streaming, the CLI and the
-remote client all read it, so a new format is a new row (and its renderer).
+timestamps, whether stream=true can carry it, what its file holds when that is another route's
+answer). The OpenAI routes, streaming, the CLI, batch and the remote client all read it, so a new
+format is a new row (and its renderer).
 
 Pure functions on the core's typed result, shared by the server and the CLI. The JSON shapes are
 pydantic models so that the server can declare them as response models and tests can parse
@@ -14,14 +15,15 @@ responses with the very classes that produced them.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
-from whosaid.results import Chunk, Transcript, identity_json, sorted_turns
-from whosaid.transcript_json import SpeakerIdentityModel
+from whosaid.results import Chunk, Transcript, identity_json, sorted_turns, to_transcript_json
+from whosaid.transcript_json import SpeakerIdentityModel, TranscriptResponse
 
 Task = Literal["transcribe", "translate"]
 JSON_MEDIA_TYPE = "application/json"
@@ -38,6 +40,20 @@ class Rendering:
     file_id: str = "audio"
     #: The audio a page plays (whosaid.ui.view.audio_source); None: no player.
     audio_src: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FileOutput:
+    """What a file of a format holds when it is not what the OpenAI routes answer under that
+    name: another route's JSON answer (`-f json` in the CLI is the full transcript, as POST /
+    answers, where the routes' `json` is OpenAI's small JsonTranscription)."""
+
+    #: The model the file holds: the other route's response model.
+    json_model: type[BaseModel]
+    #: Fills it from a transcript.
+    build: Callable[[Transcript], BaseModel]
+    #: Where a remote client (`--url`) asks for it: POST {"inputs": <base64 audio>, "parameters": {...}}.
+    route: str
 
 
 @dataclass(frozen=True)
@@ -65,10 +81,25 @@ class OutputFormat:
     plays_audio: bool = False
     #: Offered by /v1/audio/translations too, not only /transcriptions.
     translatable: bool = True
+    #: What a file of this format holds (`whosaid transcribe -f`, `whosaid batch`, `--url`) when
+    #: it is not `render`'s answer; None: the file is what the routes answer.
+    file_output: Optional[FileOutput] = None
 
     @property
     def is_json(self) -> bool:
         return self.json_model is not None
+
+    def file_text(self, transcript: Transcript, rendering: Rendering) -> str:
+        """What a file of this format holds (`whosaid transcribe`, `whosaid batch`): `file_output`'s
+        JSON as its route sends it (Python's json, as Starlette's JSONResponse writes it), else the
+        routes' answer; JSON indented."""
+        if self.file_output is not None:
+            answer = self.file_output.build(transcript).model_dump(mode="json")
+            return json.dumps(answer, ensure_ascii=False, indent=2) + "\n"
+        rendered = self.render(transcript, rendering)
+        if isinstance(rendered, str):
+            return rendered
+        return rendered.model_dump_json(indent=2) + "\n"
 
 
 def _is_none(value: object) -> bool:
@@ -183,6 +214,7 @@ FORMATS: dict[str, OutputFormat] = {
             suffix=".json",
             json_model=JsonTranscription,
             streamable=True,
+            file_output=FileOutput(TranscriptResponse, to_transcript_json, route="/"),
         ),
         OutputFormat(
             "text", lambda transcript, _: to_text(transcript), media_type="text/plain", suffix=".txt", streamable=True

@@ -343,3 +343,19 @@ def test_post_s_answer_and_its_openapi_schema_come_from_one_class() -> None:
         {"speaker": "SPEAKER_01", "diarized_as": "SPEAKER_01", "name": None, "similarity": None},
     ]
     assert as_dict["channels"] == 2 and as_dict["warnings"] == ["unknown parameter 'beam_size' was ignored"]
+
+
+def test_a_file_of_json_is_post_s_answer_the_other_files_the_routes_answers() -> None:
+    """The CLI's `-f json` is the full transcript (POST /, asked there by --url); its row says so,
+    where the routes' `json` stays OpenAI's JsonTranscription."""
+    import json
+
+    row = FORMATS["json"]
+    assert {name for name, other in FORMATS.items() if other.file_output} == {"json"}
+    assert row.file_output.json_model is TranscriptResponse and row.file_output.route == "/"
+    assert row.json_model is not TranscriptResponse
+    text = row.file_text(DIARIZED, Rendering())
+    assert text == json.dumps(DIARIZED.to_dict(), ensure_ascii=False, indent=2) + "\n"
+    verbose = FORMATS["verbose_json"].file_text(DIARIZED, Rendering(task="translate"))
+    assert verbose == to_verbose_json(DIARIZED, task="translate").model_dump_json(indent=2) + "\n"
+    assert FORMATS["srt"].file_text(DIARIZED, Rendering()) == to_srt(DIARIZED)

@@ -105,8 +105,7 @@ class Transcriber:
     ) -> tuple[str, dict[str, Any]]:
         """The output's text, rendered as `whosaid transcribe` renders it, and the row's details."""
         from whosaid.audio.loading import decode_audio_bytes
-        from whosaid.cli.transcribe import render_output
-        from whosaid.formats import FORMATS
+        from whosaid.formats import FORMATS, Rendering
         from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
         parameters = {**self.job.parameters, **parameters}
@@ -123,9 +122,8 @@ class Transcriber:
         finished = time.perf_counter()
         del audio
         audio_src = self._audio_source(location, output_location, data)
-        text = render_output(
-            transcript, self.job.output_format, task=config.task, file_id=_stem(location), audio_src=audio_src
-        )
+        rendering = Rendering(config.task, _stem(location), audio_src)
+        text = FORMATS[self.job.output_format].file_text(transcript, rendering)
         details = {
             "duration_s": transcript.duration_s,
             "language": transcript.language,

@@ -13,9 +13,11 @@ What is retried, always on the next URL (another replica when there are several)
   exponential backoff; a URL that refused a connection is avoided for `URL_COOLDOWN_S`.
 Anything else (400 not audio, 413, 422, 401) fails the file at once: retrying cannot fix it.
 
-Requests: `json` is POST / (the Inference Endpoints contract, base64 JSON with `parameters`),
-which this server and a deployed endpoint (the handler) both answer; every other format is
-`/v1/audio/transcriptions` (or `/translations`) with `response_format`, which only this server has.
+Requests: a format whose file is another route's answer (its row's `file_output`: `json`, the
+full transcript) is asked of that route, POST / (the Inference Endpoints contract, base64 JSON
+with `parameters`), which this server and a deployed endpoint (the handler) both answer; every
+other format is `/v1/audio/transcriptions` (or `/translations`) with `response_format`, which
+only this server has.
 """
 
 from __future__ import annotations
@@ -229,14 +231,15 @@ class RemoteTranscriber:
         timeout = (CONNECT_TIMEOUT_S, self.options.read_timeout_s)
         headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
         parameters = dict(self.options.parameters)
-        if self.options.output_format == "json":
+        row = FORMATS[self.options.output_format]
+        if row.file_output is not None:  # another route's answer (json: POST /, the full transcript)
             payload = {"inputs": base64.b64encode(data).decode("ascii"), "parameters": parameters}
-            return session.post(f"{url}/", json=payload, headers=headers, timeout=timeout)
+            return session.post(f"{url}{row.file_output.route}", json=payload, headers=headers, timeout=timeout)
         route = "translations" if self.options.task == "translate" else "transcriptions"
         form = openai_form_fields(parameters)
         form.append(("response_format", self.options.output_format))
         filename = job.audio_path.name
-        if FORMATS[self.options.output_format].plays_audio:
+        if row.plays_audio:
             form.append(("html_audio", self.options.html_audio))
             # The server links the audio by the name it was sent under: the path from the page.
             filename = Path(os.path.relpath(job.audio_path, job.output_path.parent)).as_posix()

@@ -335,19 +335,6 @@ def _progress_disabled(args: argparse.Namespace) -> Optional[bool]:
     return None if len(args.files) > 1 or total_bytes > LONG_INPUT_BYTES else True
 
 
-def render_output(
-    transcript: "Transcript", output_format: str, *, task: str, file_id: str, audio_src: Optional[str] = None
-) -> str:
-    """The transcript as the CLI writes it: `json` is the full transcript (POST /'s response),
-    the other formats are whosaid.formats' (the OpenAI routes')."""
-    if output_format == "json":
-        return json.dumps(transcript.to_dict(), ensure_ascii=False, indent=2) + "\n"
-    rendered = FORMATS[output_format].render(transcript, Rendering(task, file_id, audio_src))  # type: ignore[arg-type]
-    if isinstance(rendered, str):
-        return rendered
-    return rendered.model_dump_json(indent=2) + "\n"
-
-
 def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, many: bool, task: str) -> None:
     output_format = args.format
     audio_src = None
@@ -359,7 +346,7 @@ def _emit(transcript: "Transcript", path: Path, args: argparse.Namespace, *, man
             page_dir = output_path(args.output_names[path], args.output_dir, output_format).parent
         relative = Path(os.path.relpath(path, page_dir)).as_posix()
         audio_src = audio_source(path.read_bytes() if args.html_audio == "embed" else b"", relative, args.html_audio)
-    text = render_output(transcript, output_format, task=task, file_id=path.stem, audio_src=audio_src)
+    text = FORMATS[output_format].file_text(transcript, Rendering(task, path.stem, audio_src))  # type: ignore[arg-type]
     if args.output_dir is not None:
         from whosaid.cli.remote import write_atomically
 
