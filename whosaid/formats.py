@@ -6,7 +6,8 @@ shows who spoke when (whosaid.ui).
 need to know about it (media type, the CLI's file suffix, whether it needs speakers or word
 timestamps, whether stream=true can carry it, what its file holds when that is another route's
 answer). The OpenAI routes, streaming, the CLI, batch and the remote client all read it, so a new
-format is a new row (and its renderer).
+format is a new row (and its renderer); `check_format` and `parameters_for` say, once for every
+edge, what a format needs of the engine.
 
 Pure functions on the core's typed result, shared by the server and the CLI. The JSON shapes are
 pydantic models so that the server can declare them as response models and tests can parse
@@ -18,10 +19,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, Field
 
+from whosaid.errors import InvalidParametersError
 from whosaid.results import Chunk, Transcript, identity_json, sorted_turns, to_transcript_json
 from whosaid.transcript_json import SpeakerIdentityModel, TranscriptResponse
 
@@ -268,6 +270,28 @@ def output_format(name: str) -> OutputFormat:
         return FORMATS[name]
     except KeyError:
         raise ValueError(f"unknown response format {name!r}; one of {', '.join(RESPONSE_FORMATS)}") from None
+
+
+def check_format(
+    name: str, *, has_diarizer: Callable[[], bool], option: str = "response_format=", hint: str = ""
+) -> OutputFormat:
+    """The row of `name`, once it is known that this edge can produce it: a format that says who
+    spoke needs a diarization model, refused up front without one (InvalidParametersError
+    `{option}{name} needs a diarization model{hint}`: each edge names the option and says how to
+    load one its own way). `has_diarizer` is asked only for such a format (the server's models
+    may still be loading). ValueError for an unknown name."""
+    row = output_format(name)
+    if row.needs_speakers and not has_diarizer():
+        raise InvalidParametersError(f"{option}{name} needs a diarization model{hint}")
+    return row
+
+
+def parameters_for(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The request parameters with what format `name` needs of the core added: word timestamps
+    for a format that shows every word with its times."""
+    if output_format(name).needs_words:
+        return {**parameters, "return_timestamps": "word"}
+    return dict(parameters)
 
 
 def render(

@@ -359,3 +359,27 @@ def test_a_file_of_json_is_post_s_answer_the_other_files_the_routes_answers() ->
     verbose = FORMATS["verbose_json"].file_text(DIARIZED, Rendering(task="translate"))
     assert verbose == to_verbose_json(DIARIZED, task="translate").model_dump_json(indent=2) + "\n"
     assert FORMATS["srt"].file_text(DIARIZED, Rendering()) == to_srt(DIARIZED)
+
+
+def test_what_a_format_needs_of_the_engine_is_said_once_for_every_edge() -> None:
+    """check_format refuses a speakers format without a diarizer, in each edge's words (asking
+    about the diarizer only then); parameters_for adds the word timestamps html shows."""
+    from whosaid.errors import InvalidParametersError
+    from whosaid.formats import check_format, parameters_for
+
+    def no_diarizer() -> bool:
+        raise AssertionError("asked about the diarizer for a format that does not need one")
+
+    assert check_format("srt", has_diarizer=no_diarizer) is FORMATS["srt"]
+    assert check_format("rttm", has_diarizer=lambda: True) is FORMATS["rttm"]
+    with pytest.raises(InvalidParametersError) as refused:
+        check_format("diarized_json", has_diarizer=lambda: False, option="--format ", hint=" (load one)")
+    assert str(refused.value) == "--format diarized_json needs a diarization model (load one)"
+    with pytest.raises(InvalidParametersError, match="^response_format=rttm needs a diarization model$"):
+        check_format("rttm", has_diarizer=lambda: False)
+    with pytest.raises(ValueError, match="unknown response format 'docx'"):
+        check_format("docx", has_diarizer=lambda: True)
+    asked = {"language": "en"}
+    assert parameters_for("html", asked) == {"language": "en", "return_timestamps": "word"}
+    assert parameters_for("verbose_json", asked) == asked and parameters_for("verbose_json", asked) is not asked
+    assert asked == {"language": "en"}

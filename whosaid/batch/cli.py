@@ -66,10 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.batch.pipeline import ClusterOptions, Summary, run_batch
     from whosaid.batch.worker import BatchJob
     from whosaid.cli.model_options import model_settings_from_args
-    from whosaid.cli.transcribe import known_speaker_files, request_parameters
+    from whosaid.cli.transcribe import check_model_format, known_speaker_files, request_parameters
     from whosaid.config import InferenceConfig
-    from whosaid.errors import InvalidInputError, ModelLoadError
-    from whosaid.formats import FORMATS
+    from whosaid.errors import InvalidInputError, InvalidParametersError, ModelLoadError
 
     def fail(message: str, status: int = 2) -> int:
         print(f"whosaid batch: {message}", file=sys.stderr)
@@ -100,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
             settings = settings.model_copy(update={"voices_dir": str(Path(args.voices).resolve())})
     except ModelLoadError as error:
         return fail(str(error), 1)
-    if FORMATS[args.format].needs_speakers and not settings.diarization_model:
-        return fail(f"--format {args.format} needs a diarization model (--diarization-model or DIARIZATION_MODEL)")
+    try:
+        check_model_format(args.format, settings)
+    except InvalidParametersError as error:
+        return fail(str(error))
     if (parameters.get("known_speakers") or args.voices) and settings.diarization_model != "builtin":
         return fail("--speaker and --voices need the built-in diarizer (--diarization-model builtin)")
 

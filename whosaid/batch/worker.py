@@ -105,12 +105,10 @@ class Transcriber:
     ) -> tuple[str, dict[str, Any]]:
         """The output's text, rendered as `whosaid transcribe` renders it, and the row's details."""
         from whosaid.audio.loading import decode_audio_bytes
-        from whosaid.formats import FORMATS, Rendering
+        from whosaid.formats import FORMATS, Rendering, parameters_for
         from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
-        parameters = {**self.job.parameters, **parameters}
-        if FORMATS[self.job.output_format].needs_words:
-            parameters["return_timestamps"] = "word"
+        parameters = parameters_for(self.job.output_format, {**self.job.parameters, **parameters})
         config, warnings = self.engine.parse_parameters(parameters)
         started = time.perf_counter()
         with memory_released_on_failure():

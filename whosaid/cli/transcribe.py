@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from whosaid.cli.model_options import add_model_arguments
-from whosaid.formats import FORMATS, Rendering
+from whosaid.formats import FORMATS, Rendering, check_format, parameters_for
 
 if TYPE_CHECKING:
+    from whosaid.config import ModelSettings
     from whosaid.results import Transcript
 
 #: `--format`'s choices: the JSON formats first (json, the full transcript, is the default).
@@ -127,17 +128,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.url:
         return _run_remote(args, parameters)
-    if FORMATS[args.format].needs_words:
-        parameters["return_timestamps"] = "word"
+    parameters = parameters_for(args.format, parameters)
     try:
         settings = model_settings_from_args(args)
-        if FORMATS[args.format].needs_speakers and not settings.diarization_model:
-            print(
-                f"whosaid transcribe: --format {args.format} needs a diarization model "
-                "(--diarization-model or DIARIZATION_MODEL)",
-                file=sys.stderr,
-            )
-            return 2
+        check_model_format(args.format, settings)
         engine = Engine.from_settings(settings)
         config, warnings = engine.parse_parameters(parameters)
     except WhosaidError as error:
@@ -167,6 +161,17 @@ def run(args: argparse.Namespace) -> int:
         del transcript
         release_memory_after(duration_s)
     return 1 if failed else 0
+
+
+def check_model_format(output_format: str, settings: "ModelSettings") -> None:
+    """`--format` with these models (`transcribe`, `batch`): InvalidParametersError for a format
+    that needs a diarization model when none is named."""
+    check_format(
+        output_format,
+        has_diarizer=lambda: bool(settings.diarization_model),
+        option="--format ",
+        hint=" (--diarization-model or DIARIZATION_MODEL)",
+    )
 
 
 def _check_remote_arguments(args: argparse.Namespace) -> Optional[str]:

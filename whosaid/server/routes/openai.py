@@ -24,7 +24,17 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field, create_model
 
 from whosaid.config import request_options
-from whosaid.formats import FORMATS, OutputFormat, Rendering, ResponseFormat, Task, json_models
+from whosaid.errors import InvalidParametersError
+from whosaid.formats import (
+    FORMATS,
+    OutputFormat,
+    Rendering,
+    ResponseFormat,
+    Task,
+    check_format,
+    json_models,
+    parameters_for,
+)
 from whosaid.server.auth import require_api_key
 from whosaid.server.dependencies import get_service
 from whosaid.server.errors import ERROR_RESPONSES, ApiError
@@ -34,6 +44,8 @@ from whosaid.ui.view import HtmlAudio, audio_source
 
 router = APIRouter(prefix="/v1/audio", tags=["OpenAI-compatible"], dependencies=[Depends(require_api_key)])
 
+#: How the server says to load a diarization model, after "response_format=NAME needs a diarization model".
+_DIARIZER_HINT = ": start the server with DIARIZATION_MODEL set (and HF_TOKEN for gated pyannote models)"
 _WORDS_ON_REQUEST = " or ".join(row.name for row in FORMATS.values() if row.words_on_request)
 _JSON_NAMES = [row.name for row in FORMATS.values() if row.is_json]
 _TEXT_ROWS = [row for row in FORMATS.values() if not row.is_json]
@@ -110,16 +122,22 @@ class _OpenAIForm(BaseModel):
         values |= {option.name: values[option.name] or None for option in _FORM_OPTIONS if option.kind == "list"}
         values |= {
             "task": task,
-            "return_timestamps": "word" if self.wants_words() else None,
+            "return_timestamps": "word" if self._words_asked() else None,
             "known_speaker_names": [*self.known_speaker_names, *self.known_speaker_names_plain] or None,
             "known_speaker_references": [*self.known_speaker_references, *self.known_speaker_references_plain] or None,
             "return_speaker_embeddings": True if "speaker_embeddings" in self.include else None,
         }
-        return {name: value for name, value in values.items() if value is not None}
+        given = {name: value for name, value in values.items() if value is not None}
+        return parameters_for(self.response_format, given)
 
     def wants_words(self) -> bool:
-        if self.output_format.needs_words:
-            return True
+        """Word timestamps are computed: the format needs them (`parameters_for`), or they were
+        asked for where they show."""
+        return self.output_format.needs_words or self._words_asked()
+
+    def _words_asked(self) -> bool:
+        """timestamp_granularities[]=word where words show: a format that lists them on request,
+        or the stream's view."""
         return "word" in self.timestamp_granularities and (self.output_format.words_on_request or self.stream)
 
     def ignored(self) -> list[str]:
@@ -195,15 +213,12 @@ async def create_translation(
 
 
 async def _respond(request: Request, form: AudioForm, service: TranscriptionService, *, task: Task) -> Response:
-    output_format = form.output_format
-    if output_format.needs_speakers and service.engine().diarizer is None:
-        raise ApiError(
-            422,
-            "invalid_parameters",
-            f"response_format={form.response_format} needs a diarization model: start the server "
-            "with DIARIZATION_MODEL set (and HF_TOKEN for gated pyannote models)",
-            param="response_format",
+    try:
+        output_format = check_format(
+            form.response_format, has_diarizer=lambda: service.engine().diarizer is not None, hint=_DIARIZER_HINT
         )
+    except InvalidParametersError as error:
+        raise ApiError(422, "invalid_parameters", str(error), param="response_format") from error
     data = await form.file.read()
     if form.stream:
         return await stream_transcription(
