@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from whosaid.audio.loading import Audio, AudioInput, load_audio, load_audio_file
+from whosaid.audio.loading import Audio, AudioInput, load_audio
 from whosaid.config import DEFAULT_MAX_AUDIO_DURATION_S, InferenceConfig, ModelSettings, get_model_settings
 from whosaid.errors import InvalidParametersError, ModelLoadError
 from whosaid.recognition.protocol import AsrOutput, Recognizer
@@ -58,8 +58,9 @@ class JobListener(Protocol):
 class Engine:
     """Loaded models and the one way to run them. Build once; call from any thread that holds
     the edge's concurrency slot (the models are not meant for parallel calls). Every edge decodes
-    through `load_audio` / `load_audio_file`, so audio over `max_audio_duration_s`
-    (MAX_AUDIO_DURATION_S) is refused the same way everywhere, before any model runs."""
+    through `load_audio` (a file on disk as a Path: `run_job` takes the CLI's files too), so audio
+    over `max_audio_duration_s` (MAX_AUDIO_DURATION_S) is refused the same way everywhere, before
+    any model runs."""
 
     def __init__(
         self,
@@ -117,8 +118,8 @@ class Engine:
     def load_audio(
         self, inputs: AudioInput, config: InferenceConfig, *, should_stop: Optional[StopSignal] = None
     ) -> Audio:
-        """A request's audio, decoded once; AudioTooLongError past the length limit, and the
-        stop signal's error when the job is stopped while decoding."""
+        """A request's audio (or a file on disk, given as a Path), decoded once; AudioTooLongError
+        past the length limit, and the stop signal's error when the job is stopped while decoding."""
         return load_audio(
             inputs,
             sampling_rate_hz=config.sampling_rate,
@@ -126,11 +127,6 @@ class Engine:
             should_stop=should_stop,
             multichannel=config.multichannel,
         )
-
-    def load_audio_file(self, path: Path, config: Optional[InferenceConfig] = None) -> Audio:
-        """A file from disk; `config`'s multichannel keeps its channels apart."""
-        multichannel = config is not None and config.multichannel
-        return load_audio_file(path, max_duration_s=self.max_audio_duration_s, multichannel=multichannel)
 
     def run(
         self,
@@ -154,8 +150,8 @@ class Engine:
         budget: Optional[TimeBudget] = None,
         listener: Optional[JobListener] = None,
     ) -> Transcript:
-        """A request whose parameters are parsed, from its raw inputs to its transcript (the
-        expensive part, for a worker thread). Audio over MAX_AUDIO_DURATION_S (AudioTooLongError)
+        """A request whose parameters are parsed, from its raw inputs (or a file's Path) to its
+        transcript (the expensive part, for a worker thread). Audio over MAX_AUDIO_DURATION_S (AudioTooLongError)
         and known-speaker references that are not usable fail first, before `budget` starts on
         `stop` and before `listener` hears that the audio is accepted. Memory is handed back when
         the job fails, and after long audio."""

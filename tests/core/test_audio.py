@@ -70,6 +70,20 @@ def test_base64_text_bytes_and_urlsafe_are_all_accepted(clip) -> None:
         np.testing.assert_array_equal(load_audio(inputs).samples, expected)
 
 
+def test_a_path_is_a_file_on_disk_and_a_string_is_base64(clip, tmp_path) -> None:
+    """The CLI's files go through load_audio (Engine.run_job) as Paths; a str stays base64 text,
+    so no request names a file to read."""
+    data = encode(clip, 16000, "wav")
+    (tmp_path / "clip.wav").write_bytes(data)
+    from_file = load_audio(tmp_path / "clip.wav", max_duration_s=60.0)
+    assert np.array_equal(from_file.samples, load_audio(data).samples)
+    with pytest.raises(InvalidAudioError, match="cannot read audio file"):
+        load_audio(tmp_path / "missing.wav")
+    with pytest.raises(InvalidAudioError) as not_a_file:  # base64 text that is not audio
+        load_audio(str(tmp_path / "clip.wav"))
+    assert "cannot read audio file" not in str(not_a_file.value)
+
+
 def test_float_arrays_with_their_rate(clip) -> None:
     at_8k = resample(clip, 16000, 8000)
     audio = load_audio({"array": at_8k.tolist(), "sampling_rate": 8000})

@@ -93,7 +93,9 @@ class Audio:
         return loudest_dbfs < SILENCE_THRESHOLD_DBFS
 
 
-AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray]
+#: What `load_audio` decodes: a request's inputs, or a file on disk (a Path: the CLI's files; a
+#: request's inputs never are one, so no request names a file to read).
+AudioInput = Union[str, bytes, bytearray, memoryview, dict, list, np.ndarray, Path]
 
 
 class StopCheck(Protocol):
@@ -120,8 +122,13 @@ def load_audio(
     `should_stop` is checked as files decode: a job stopped meanwhile (client gone, shutdown)
     raises its JobStoppedError there. `multichannel`: keep a recording's channels apart
     (`Audio.channels`) instead of downmixing them; more than MAX_CHANNELS is an
-    InvalidParametersError. Mono audio decodes the same either way.
+    InvalidParametersError. Mono audio decodes the same either way. A Path is a file on disk
+    (`load_audio_file`).
     """
+    if isinstance(inputs, Path):
+        return load_audio_file(
+            inputs, max_duration_s=max_duration_s, should_stop=should_stop, multichannel=multichannel
+        )
     if isinstance(inputs, str):
         return decode_audio_bytes(
             _decode_base64(inputs.encode("ascii", errors="replace")),
@@ -158,14 +165,18 @@ def load_audio(
 
 
 def load_audio_file(
-    path: Union[str, Path], *, max_duration_s: Optional[float] = None, multichannel: bool = False
+    path: Union[str, Path],
+    *,
+    max_duration_s: Optional[float] = None,
+    should_stop: Optional[StopCheck] = None,
+    multichannel: bool = False,
 ) -> Audio:
     """Decode an audio file from disk (CLI, benchmarks, tests)."""
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise InvalidAudioError(f"cannot read audio file {str(path)!r}: {error.strerror}") from error
-    return decode_audio_bytes(data, max_duration_s=max_duration_s, multichannel=multichannel)
+    return decode_audio_bytes(data, max_duration_s=max_duration_s, should_stop=should_stop, multichannel=multichannel)
 
 
 def _looks_like_base64(data: bytes) -> bool:

@@ -104,21 +104,14 @@ class Transcriber:
         self, location: str, output_location: str, data: bytes, parameters: dict[str, Any]
     ) -> tuple[str, dict[str, Any]]:
         """The output's text, rendered as `whosaid transcribe` renders it, and the row's details."""
-        from whosaid.audio.loading import decode_audio_bytes
         from whosaid.formats import FORMATS, Rendering, parameters_for
-        from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
         parameters = parameters_for(self.job.output_format, {**self.job.parameters, **parameters})
         config, warnings = self.engine.parse_parameters(parameters)
-        started = time.perf_counter()
-        with memory_released_on_failure():
-            audio = decode_audio_bytes(
-                data, max_duration_s=self.engine.max_audio_duration_s, multichannel=config.multichannel
-            )
-            decoded = time.perf_counter()
-            transcript = self.engine.transcribe(audio, config, warnings=warnings)
+        timing = _Timing()
+        # The engine's one job: memory handed back when it fails, and after long audio.
+        transcript = self.engine.run_job(data, config, warnings=warnings, listener=timing)
         finished = time.perf_counter()
-        del audio
         audio_src = self._audio_source(location, output_location, data)
         rendering = Rendering(config.task, _stem(location), audio_src)
         text = FORMATS[self.job.output_format].file_text(transcript, rendering)
@@ -127,10 +120,9 @@ class Transcriber:
             "language": transcript.language,
             "speakers": _speakers_in_order(transcript),
             "warnings": list(transcript.warnings),
-            "decode_s": round(decoded - started, 3),
-            "transcribe_s": round(finished - decoded, 3),
+            "decode_s": round(timing.accepted_at - timing.started_at, 3),
+            "transcribe_s": round(finished - timing.accepted_at, 3),
         }
-        release_memory_after(transcript.duration_s)
         return text, details
 
     def _audio_source(self, location: str, output_location: str, data: bytes) -> Optional[str]:
@@ -149,6 +141,21 @@ class Transcriber:
         else:
             link = os.path.relpath(location, os.path.dirname(output_location)).replace(os.sep, "/")
         return audio_source(b"", link, "link")
+
+
+class _Timing:
+    """`Engine.run_job`'s listener for a row's timings: the audio is accepted once decoded (and
+    the request's known-speaker clips with it); recognition and diarization follow."""
+
+    def __init__(self) -> None:
+        self.started_at = time.perf_counter()
+        self.accepted_at = self.started_at
+
+    def accepted(self, duration_s: float) -> None:
+        self.accepted_at = time.perf_counter()
+
+    def text(self, delta: str) -> None:
+        pass
 
 
 def _stem(location: str) -> str:

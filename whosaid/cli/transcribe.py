@@ -99,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.config import InferenceConfig
     from whosaid.engine import Engine
     from whosaid.errors import InvalidInputError, ModelLoadError, WhosaidError
-    from whosaid.runtime.memory import memory_released_on_failure, release_memory_after
 
     parameters, problem = request_parameters(args), None
     try:
@@ -147,19 +146,15 @@ def run(args: argparse.Namespace) -> int:
         progress.set_postfix_str(path.name)
         if args.resume and output_path(args.output_names[path], args.output_dir, args.format).exists():
             continue
+        listener = None if progress.disable else _ProgressListener(text_progress(progress, path.name))
         try:
-            with memory_released_on_failure():
-                on_text = None if progress.disable else text_progress(progress, path.name)
-                audio = engine.load_audio_file(path, config)
-                transcript = engine.transcribe(audio, config, warnings=warnings, on_text=on_text)
+            # The engine's one job: memory handed back when it fails, and after long audio.
+            transcript = engine.run_job(path, config, warnings=warnings, listener=listener)
         except WhosaidError as error:
             failed += 1
             tqdm.write(f"whosaid transcribe: {path}: {error}", file=sys.stderr)
             continue
         _emit(transcript, path, args, many=many, task=config.task)
-        duration_s = transcript.duration_s
-        del transcript
-        release_memory_after(duration_s)
     return 1 if failed else 0
 
 
@@ -330,6 +325,19 @@ def text_progress(progress: Any, name: str) -> Callable[[str], None]:
         progress.set_postfix_str(f"{name}: ...{shown}")
 
     return on_text
+
+
+class _ProgressListener:
+    """`Engine.run_job`'s listener for a file on the progress bar: its text (`text_progress`)."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self._on_text = on_text
+
+    def accepted(self, duration_s: float) -> None:
+        pass
+
+    def text(self, delta: str) -> None:
+        self._on_text(delta)
 
 
 def _progress_disabled(args: argparse.Namespace) -> Optional[bool]:
