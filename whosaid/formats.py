@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from whosaid.errors import InvalidParametersError
 from whosaid.results import Chunk, Transcript, identity_json, sorted_turns, to_transcript_json
-from whosaid.transcript_json import SpeakerIdentityModel, TranscriptResponse
+from whosaid.transcript_json import Channel, SpeakerIdentityModel, TranscriptResponse, is_none
 
 Task = Literal["transcribe", "translate"]
 JSON_MEDIA_TYPE = "application/json"
@@ -104,10 +104,6 @@ class OutputFormat:
         return rendered.model_dump_json(indent=2) + "\n"
 
 
-def _is_none(value: object) -> bool:
-    return value is None
-
-
 class DurationUsage(BaseModel):
     """What the request consumed, as OpenAI reports it for models billed by audio duration."""
 
@@ -121,7 +117,7 @@ class JsonTranscription(BaseModel):
     text: str
     usage: DurationUsage
     warnings: Optional[list[str]] = Field(
-        default=None, exclude_if=_is_none, description="parameters that were ignored, if any"
+        default=None, exclude_if=is_none, description="parameters that were ignored, if any"
     )
 
 
@@ -134,11 +130,9 @@ class VerboseSegment(BaseModel):
     end: float = Field(description="seconds from the start of the audio")
     text: str
     speaker: Optional[str] = Field(
-        default=None, exclude_if=_is_none, description="who said it, when a diarization model ran"
+        default=None, exclude_if=is_none, description="who said it, when a diarization model ran"
     )
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
+    channel: Channel = None
 
 
 class VerboseWord(BaseModel):
@@ -161,13 +155,13 @@ class VerboseTranscription(BaseModel):
     text: str
     segments: list[VerboseSegment]
     words: Optional[list[VerboseWord]] = Field(
-        default=None, exclude_if=_is_none, description="with timestamp_granularities[]=word"
+        default=None, exclude_if=is_none, description="with timestamp_granularities[]=word"
     )
     usage: DurationUsage
     speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
-        default=None, exclude_if=_is_none, description="with known speakers or include[]=speaker_embeddings"
+        default=None, exclude_if=is_none, description="with known speakers or include[]=speaker_embeddings"
     )
-    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=is_none)
 
 
 class DiarizedSegment(BaseModel):
@@ -180,9 +174,7 @@ class DiarizedSegment(BaseModel):
     end: float
     text: str
     speaker: str
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
+    channel: Channel = None
 
 
 class DiarizedTranscription(BaseModel):
@@ -194,9 +186,9 @@ class DiarizedTranscription(BaseModel):
     segments: list[DiarizedSegment]
     usage: DurationUsage
     speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
-        default=None, exclude_if=_is_none, description="with known speakers or include[]=speaker_embeddings"
+        default=None, exclude_if=is_none, description="with known speakers or include[]=speaker_embeddings"
     )
-    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=is_none)
 
 
 def _html(transcript: Transcript, rendering: Rendering) -> str:

@@ -9,13 +9,21 @@ Plain pydantic, nothing of the package: results.py builds these, formats.py and 
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, Field
 
 
-def _is_none(value: object) -> bool:
+def is_none(value: object) -> bool:
+    """`exclude_if` of the fields left out of an answer when they are None."""
     return value is None
+
+
+#: The channel something was said on: multichannel transcripts only, absent otherwise.
+Channel = Annotated[
+    Optional[int],
+    Field(exclude_if=is_none, description="the channel it was said on, with multichannel=true"),
+]
 
 
 class TranscriptWord(BaseModel):
@@ -28,23 +36,19 @@ class TranscriptChunk(BaseModel):
     timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
     text: str
     words: Optional[list[TranscriptWord]] = Field(
-        default=None, exclude_if=_is_none, description="with return_timestamps='word'"
+        default=None, exclude_if=is_none, description="with return_timestamps='word'"
     )
     language: Optional[str] = Field(
-        default=None, exclude_if=_is_none, description="the chunk's language, with multilingual=true"
+        default=None, exclude_if=is_none, description="the chunk's language, with multilingual=true"
     )
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
+    channel: Channel = None
 
 
 class TranscriptSpeakerSegment(BaseModel):
     speaker: str
     text: str
     timestamp: tuple[float, float] = Field(description="[start, end] in seconds")
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
+    channel: Channel = None
 
 
 class TranscriptTurn(BaseModel):
@@ -52,9 +56,7 @@ class TranscriptTurn(BaseModel):
     speaker: str
     start: float = Field(description="seconds from the start of the audio")
     end: float = Field(description="seconds from the start of the audio")
-    channel: Optional[int] = Field(
-        default=None, exclude_if=_is_none, description="the channel it was said on, with multichannel=true"
-    )
+    channel: Channel = None
 
 
 class SpeakerIdentityModel(BaseModel):
@@ -68,7 +70,7 @@ class SpeakerIdentityModel(BaseModel):
         "without known voices or when the speaker said too little to embed"
     )
     embedding: Optional[list[float]] = Field(
-        default=None, exclude_if=_is_none, description="with return_speaker_embeddings=true (unit length)"
+        default=None, exclude_if=is_none, description="with return_speaker_embeddings=true (unit length)"
     )
 
 
@@ -83,25 +85,25 @@ class TranscriptResponse(BaseModel):
     )
     turns: Optional[list[TranscriptTurn]] = Field(
         default=None,
-        exclude_if=_is_none,
+        exclude_if=is_none,
         description="with a diarization model: who spoke when, as the diarizer found it, sorted by "
         "start; two turns may overlap where two speakers talk at once (the `speakers` segments give "
         "each word to one speaker)",
     )
-    language: Optional[str] = Field(default=None, exclude_if=_is_none)
+    language: Optional[str] = Field(default=None, exclude_if=is_none)
     duration: float = Field(description="duration of the input audio in seconds")
     decoding: Optional[Literal["assisted", "batched"]] = Field(
-        default=None, exclude_if=_is_none, description="absent when nothing was decoded (silence)"
+        default=None, exclude_if=is_none, description="absent when nothing was decoded (silence)"
     )
     channels: Optional[int] = Field(
         default=None,
-        exclude_if=_is_none,
+        exclude_if=is_none,
         description="with multichannel=true on audio of several channels: how many were transcribed apart",
     )
     speaker_identities: Optional[list[SpeakerIdentityModel]] = Field(
         default=None,
-        exclude_if=_is_none,
+        exclude_if=is_none,
         description="with known speakers (a voice library, known_speakers) or return_speaker_embeddings: "
         "one entry per diarized speaker",
     )
-    warnings: Optional[list[str]] = Field(default=None, exclude_if=_is_none)
+    warnings: Optional[list[str]] = Field(default=None, exclude_if=is_none)

@@ -13,11 +13,8 @@ from typing_extensions import Annotated
 from whosaid.config import InferenceConfig
 
 # POST /'s response model: the class the core fills (re-exported, where the routes' models are).
-from whosaid.transcript_json import TranscriptResponse  # noqa: F401
-
-
-def _is_none(value: object) -> bool:
-    return value is None
+from whosaid.transcript_json import TranscriptResponse as TranscriptResponse
+from whosaid.transcript_json import is_none
 
 
 class InferenceRequest(BaseModel):
@@ -66,6 +63,6 @@ class ReadyResponse(BaseModel):
     attn_implementation: str = Field(description="sdpa, eager or flash_attention_2")
     warnings: Optional[list[str]] = Field(
         default=None,
-        exclude_if=_is_none,
+        exclude_if=is_none,
         description="e.g. the machine has a GPU that torch cannot use, so the models run on the CPU",
     )
