@@ -371,6 +371,12 @@ class InferenceConfig(BaseModel):
         description="'segment' (or true): chunks carry their start and end; 'word': each chunk "
         "also lists its words with their own start, end and probability",
     )
+    without_timestamps: bool = Field(
+        default=False,
+        description="decode text only, without Whisper's timestamp tokens (faster-whisper's "
+        "without_timestamps); chunks are then cut from each window at its words' times (sentence ends "
+        "and pauses)",
+    )
     num_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="exact number of speakers")
     min_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="lower bound on speakers")
     max_speakers: Optional[int] = Field(default=None, ge=1, le=MAX_SPEAKERS, description="upper bound on speakers")

@@ -39,7 +39,7 @@ def three_paths(recognizer, samples, options: DecodingOptions, previous=()):
     import torch
 
     features = recognizer.features([samples])
-    prompt = recognizer.decoder.prompt(options.language, options.task, previous)
+    prompt = recognizer.decoder.prompt(options.language, options.task, previous, timestamps=options.timestamps)
     with torch.inference_mode():
         states = recognizer.encode(features)
         (lean,) = recognizer.decoder.decode(states, prompt, options)
@@ -85,6 +85,18 @@ def variants(recognizer, samples, defaults: DecodingOptions):
         ),
         ("nothing suppressed", dataclasses.replace(defaults, suppress_tokens=(), begin_suppress_tokens=()), (), None),
         ("prompt and hotwords", defaults, tuple(previous), None),
+        (
+            "text only",
+            dataclasses.replace(defaults, timestamps=False),
+            (),
+            lambda tokens: bool(tokens) and max(tokens) < timestamp_begin,
+        ),
+        (
+            "text only, prompt and hotwords",
+            dataclasses.replace(defaults, timestamps=False),
+            tuple(previous),
+            lambda tokens: bool(tokens) and max(tokens) < timestamp_begin,
+        ),
     ]
 
 
@@ -111,6 +123,11 @@ def test_a_requests_options_are_its_parameters_and_the_models_rules(converted_mo
     )
     assert (options.task, options.language, options.multilingual) == ("translate", "fr", False)
     assert (options.initial_prompt, options.hotwords, options.word_timestamps) == ("Diane.", "Yankee", True)
+    assert options.timestamps
+    text_only = DecodingOptions.for_request(
+        config(without_timestamps=True), generation_config, language="en", multilingual=False
+    )
+    assert not text_only.timestamps and text_only.generate_kwargs() == options.generate_kwargs()
     assert options.suppress_tokens == tuple(generation_config.suppress_tokens)
     assert options.begin_suppress_tokens == tuple(generation_config.begin_suppress_tokens)
     assert options.max_initial_timestamp_index == generation_config.max_initial_timestamp_index == 50

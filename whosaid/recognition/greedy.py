@@ -202,7 +202,9 @@ class GreedyWhisperDecoder:
         start_length = len(prompt) - _start_of_transcript(prompt, self.start_token_id)
         return min(self.max_target_positions - len(prompt) - 1, self.max_target_positions - start_length - 2)
 
-    def prompt(self, language: Optional[str], task: str, previous: Sequence[int] = ()) -> list[int]:
+    def prompt(
+        self, language: Optional[str], task: str, previous: Sequence[int] = (), *, timestamps: bool = True
+    ) -> list[int]:
         """<|startoftranscript|>, then for multilingual models <|language|> and <|task|>: the
         tokens `generate` starts from when timestamps are on. With `previous` text tokens (a
         prompt, hotwords), Whisper's convention for the previous window's text goes first:
@@ -216,6 +218,8 @@ class GreedyWhisperDecoder:
             if language is not None:
                 prompt.append(int(config.lang_to_id[f"<|{language}|>"]))
             prompt.append(int(config.task_to_id[task]))
+        if not timestamps:
+            prompt.append(self.timestamp_begin - 1)  # <|notimestamps|>
         return prompt
 
     def rules(self, begin_index: int, device: Any, options: Optional[DecodingOptions]) -> WhisperLogitsRules:

@@ -46,6 +46,8 @@ class DecodingOptions:
     hotwords: Optional[str] = None
     #: Compute word timestamps for the decoded windows (one extra decoder pass per batch).
     word_timestamps: bool = False
+    #: Decode Whisper's timestamp tokens (segments); False: text only, after <|notimestamps|>.
+    timestamps: bool = True
     #: Tokens never decoded (openai/whisper's `suppress_tokens`; the model's list is Whisper's
     #: non-speech symbols).
     suppress_tokens: tuple[int, ...] = ()
@@ -81,6 +83,7 @@ class DecodingOptions:
             initial_prompt=config.initial_prompt,
             hotwords=config.hotwords,
             word_timestamps=config.return_timestamps == "word",
+            timestamps=not config.without_timestamps,
         )
 
     def generate_kwargs(self) -> dict[str, Any]:
@@ -115,6 +118,7 @@ class WhisperLogitsRules:
         self.timestamp_begin = self.no_timestamps_token_id + 1
         self.eos_token_id = int(config.eos_token_id or config.bos_token_id)
         self.max_initial_timestamp_index = options.max_initial_timestamp_index
+        self.timestamps = options.timestamps
         self.detect_timestamp_from_logprob = bool(getattr(config, "_detect_timestamp_from_logprob", True))
         self._suppressed_in: Optional[tuple[int, Any]] = None
 
@@ -152,6 +156,9 @@ class WhisperLogitsRules:
         scores.index_fill_(1, self._always_suppressed(scores.shape[-1], scores.device), minus_infinity)
         if at_begin and self.begin_suppress is not None:
             scores[:, self.begin_suppress[self.begin_suppress < scores.shape[-1]]] = minus_infinity
+        if not self.timestamps:
+            scores[:, tb:] = minus_infinity
+            return scores, None, None, None
         for row, tokens in enumerate(generated):
             self._order_timestamps(scores[row], tokens)
         if at_begin:

@@ -377,13 +377,13 @@ class SpeechRecognizer:
             speech = [window for window in decoded if not is_silence(window.greedy, self.fallback)]
             speech = [self._cut_loop(batch, window) for window in speech]
             speech = [self._split_segments(window) for window in speech]
-            if options.word_timestamps and speech:
+            if (options.word_timestamps or not options.timestamps) and speech:
                 speech = self._time_words(batch, speech)
             speech = [_to_audio_times(window) for window in speech]
         warnings: list[Optional[str]] = [None] * len(windows)
         for window in speech:
             warnings[window.row] = window.warning
-        return self._to_spans(len(windows), speech), languages, warnings
+        return self._to_spans(len(windows), speech, words=options.word_timestamps), languages, warnings
 
     def _features_of(self, tracks: Sequence[Audio], windows: Sequence[TrackWindow]) -> tuple[Any, list[int]]:
         """The windows' features, and each window's length in samples (for word timing)."""
@@ -421,7 +421,7 @@ class SpeechRecognizer:
         rules, so that the fallback reads the same measures."""
         options, states = batch.options, batch.encoder_states
         results: list[Any] = [None] * len(windows)
-        for rows, prompt in self._prompt_groups(languages, options.task, batch.previous):
+        for rows, prompt in self._prompt_groups(languages, options, batch.previous):
             if assistant is None:
                 decoded = [
                     result
@@ -472,7 +472,9 @@ class SpeechRecognizer:
     def _cut_loop(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
         """Stage 'cut loops': a window whose tokens still fill the room the model's positions
         leave (a loop, beam search included) is cut after its last good segment, with a warning."""
-        prompt = self.decoder.prompt(window.language, batch.options.task, batch.previous)
+        prompt = self.decoder.prompt(
+            window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
+        )
         if len(window.tokens) < self.decoder.positions_room(prompt):
             return window
         kept = complete_segments(window.tokens, self.decoder.timestamp_begin, self._is_repeating)
@@ -495,6 +497,7 @@ class SpeechRecognizer:
                     offset_s=window.window.offset_s,
                     samples=batch.lengths[window.row],
                     language=window.language,
+                    split=not batch.options.timestamps,
                 )
                 for window in speech
             ],
@@ -504,14 +507,17 @@ class SpeechRecognizer:
             for window, segments in zip(speech, timed, strict=True)
         ]
 
-    def _to_spans(self, count: int, speech: Sequence[WindowDecoding]) -> list[list[Span]]:
+    def _to_spans(self, count: int, speech: Sequence[WindowDecoding], *, words: bool) -> list[list[Span]]:
         """Stage 'to spans': each window's segments as spans, in window order (none for a window
-        that was silence)."""
+        that was silence), with their words where the request asked for them (`words`; a window
+        decoded without timestamps has them regardless, to cut its chunks)."""
         spans: list[list[Span]] = [[] for _ in range(count)]
         for window in speech:
             language = window.language or self._default_language()
             spans[window.row] = [
-                Span(segment.start_s, segment.end_s, self.text(segment.tokens), segment.words, language)
+                Span(
+                    segment.start_s, segment.end_s, self.text(segment.tokens), segment.words if words else (), language
+                )
                 for segment in window.segments
             ]
         return spans
@@ -541,13 +547,16 @@ class SpeechRecognizer:
         return f"{problem}; its text after {kept_s:.1f} s was left out"
 
     def _prompt_groups(
-        self, languages: Sequence[Optional[str]], task: str, previous: Sequence[int]
+        self, languages: Sequence[Optional[str]], options: DecodingOptions, previous: Sequence[int]
     ) -> list[tuple[list[int], list[int]]]:
         """Rows that share a decoder prompt (one per language), with that prompt."""
         groups: dict[Optional[str], list[int]] = {}
         for row, language in enumerate(languages):
             groups.setdefault(language, []).append(row)
-        return [(rows, self.decoder.prompt(language, task, previous)) for language, rows in groups.items()]
+        return [
+            (rows, self.decoder.prompt(language, options.task, previous, timestamps=options.timestamps))
+            for language, rows in groups.items()
+        ]
 
     def generate_tokens(
         self,
@@ -568,19 +577,19 @@ class SpeechRecognizer:
         import torch
         from transformers.modeling_outputs import BaseModelOutput
 
-        prompt = self.decoder.prompt(language, task, previous)
+        if options is None:
+            options = DecodingOptions.for_model(self.model.generation_config)
+        prompt = self.decoder.prompt(language, task, previous, timestamps=options.timestamps)
         # Room for what follows decoding (scoring, word alignment) in the model's positions.
         kwargs.setdefault("max_new_tokens", self.decoder.max_new_tokens(prompt))
         if previous:
             # <|startofprev|> and the text, exactly as GreedyWhisperDecoder.prompt puts them.
-            start_sequence_length = len(self.decoder.prompt(language, task))
+            start_sequence_length = len(self.decoder.prompt(language, task, timestamps=options.timestamps))
             kwargs["prompt_ids"] = torch.tensor(prompt[:-start_sequence_length], device=features.device)
-        if options is None:
-            options = DecodingOptions.for_model(self.model.generation_config)
         output = self.model.generate(
             features,
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
-            return_timestamps=True,
+            return_timestamps=options.timestamps,
             return_dict_in_generate=True,
             force_unique_generate_call=True,
             **self._generate_kwargs(language, task),

@@ -34,6 +34,12 @@ PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_END_MARKS = ".。!！?？"
 LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
+#: Where a window decoded without timestamps is cut into chunks (sentence_pieces): a pause this
+#: long between two words, or a piece this long; marks that may close a sentence after its end mark.
+PIECE_PAUSE_S = 1.0
+PIECE_MAX_S = 12.0
+PIECE_CLOSERS = "\"'”’)]}»"
+CLAUSE_END_MARKS = ",，、;；:："
 
 
 @dataclass
@@ -57,6 +63,9 @@ class DecodedWindow:
     offset_s: float  # where the window's own time line starts on the audio's
     samples: int  # how many samples of audio it holds
     language: Optional[str]
+    #: Decoded without timestamp tokens (one segment: the whole window): each segment is cut at
+    #: its words into pieces, as Whisper's segments would be (`sentence_pieces`).
+    split: bool = False
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +158,7 @@ class WordTimer:
         ]
         alignments = self._align(encoder_states, windows, token_lists)
         return [
-            self._segment_words(window.segments, alignment, window.offset_s, window.language)
+            self._segment_words(window.segments, alignment, window.offset_s, window.language, split=window.split)
             for window, alignment in zip(windows, alignments, strict=True)
         ]
 
@@ -323,8 +332,11 @@ class WordTimer:
         alignment: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]],
         offset_s: float,
         language: Optional[str],
+        *,
+        split: bool = False,
     ) -> list[DecodedSegment]:
-        """openai/whisper's add_word_timestamps for one window."""
+        """openai/whisper's add_word_timestamps for one window; with `split`, each segment is
+        first cut into its `sentence_pieces`, each piece a segment of its words' tokens."""
         segment_tokens = [[token for token in segment.tokens if token < self.eot_token_id] for segment in segments]
         all_tokens = [token for tokens in segment_tokens for token in tokens]
         timings = self._words(all_tokens, alignment, language) if alignment is not None else []
@@ -335,10 +347,11 @@ class WordTimer:
         index = 0
         for segment, tokens in zip(segments, segment_tokens, strict=True):
             words, index = _segment_timings(timings, index, len(tokens), offset_s)
-            segment = _with_words(segment, words, last_speech_s, median_s, max_s)
-            if words:
-                last_speech_s = segment.end_s
-            results.append(segment)
+            for piece, piece_words in _pieces(segment, words, split):
+                piece = _with_words(piece, piece_words, last_speech_s, median_s, max_s)
+                if piece_words:
+                    last_speech_s = piece.end_s
+                results.append(piece)
         return results
 
 
@@ -358,6 +371,57 @@ def _cross_attention_inputs(decoder: Any, alignment_heads: Sequence[tuple[int, i
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def _pieces(segment: DecodedSegment, words: list[_Timing], split: bool) -> list[tuple[DecodedSegment, list[_Timing]]]:
+    """`segment` with its words; with `split`, each of its `sentence_pieces` as a segment of its
+    words' tokens, from its first word's start to its last word's end."""
+    if not split or not words:
+        return [(segment, words)]
+    return [
+        (
+            DecodedSegment(tuple(token for word in piece for token in word.tokens), piece[0].start_s, piece[-1].end_s),
+            piece,
+        )
+        for piece in sentence_pieces(words)
+    ]
+
+
+def sentence_pieces(words: Sequence[_Timing]) -> list[list[_Timing]]:
+    """`words` (one window's, decoded without timestamps) cut where Whisper would end a segment:
+    after a sentence's last word and before a word that follows a pause of PIECE_PAUSE_S or more;
+    a piece still longer than PIECE_MAX_S is halved (`_halves`)."""
+    pieces: list[list[_Timing]] = []
+    for word in words:
+        previous = pieces[-1][-1] if pieces else None
+        if (
+            previous is None
+            or previous.text.rstrip(PIECE_CLOSERS)[-1:] in SENTENCE_END_MARKS
+            or word.start_s - previous.end_s >= PIECE_PAUSE_S
+        ):
+            pieces.append([word])
+        else:
+            pieces[-1].append(word)
+    return [half for piece in pieces for half in _halves(piece)]
+
+
+def _halves(piece: list[_Timing]) -> list[list[_Timing]]:
+    """`piece`, or while it lasts over PIECE_MAX_S, its halves: cut in its middle half, after the
+    clause mark (comma, colon, semicolon) nearest its middle, else at its widest pause between
+    words (the one nearest the middle among equals)."""
+    duration_s = piece[-1].end_s - piece[0].start_s
+    if len(piece) < 2 or duration_s <= PIECE_MAX_S:
+        return [piece]
+    middle_s = piece[0].start_s + duration_s / 2
+
+    def preference(cut: int) -> tuple[bool, bool, float, float]:
+        from_middle_s = abs(piece[cut].start_s - middle_s)
+        after_clause = piece[cut - 1].text.rstrip(PIECE_CLOSERS)[-1:] in CLAUSE_END_MARKS
+        pause_s = 0.0 if after_clause else round(piece[cut].start_s - piece[cut - 1].end_s, 2)
+        return from_middle_s <= duration_s / 4, after_clause, pause_s, -from_middle_s
+
+    cut = max(range(1, len(piece)), key=preference)
+    return _halves(piece[:cut]) + _halves(piece[cut:])
 
 
 def _shorten_long_words(timings: list[_Timing]) -> tuple[float, float]:
