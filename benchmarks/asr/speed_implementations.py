@@ -177,6 +177,7 @@ def _load_diarization(job: Job) -> Runner:
 
 
 GREEDY_WITH_FALLBACK = "greedy (5 beams where Whisper's checks fail)"
+GREEDY_WITHOUT_TIMESTAMPS = "greedy, no timestamp tokens (5 beams where Whisper's checks fail)"
 IMPLEMENTATIONS: dict[str, Implementation] = {
     impl.name: impl
     for impl in (
@@ -199,6 +200,29 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
                 quantization="int8",
             ),
             GREEDY_WITH_FALLBACK,
+            "int8",
+        ),
+        Implementation(
+            "whosaid-no-timestamps",
+            "asr",
+            "this project decoding text only (without_timestamps=true), the job's language (en)",
+            _whosaid_loader(
+                lambda job: {"language": job.language, "batch_size": job.batch_size, "without_timestamps": True},
+                with_assistant=False,
+            ),
+            GREEDY_WITHOUT_TIMESTAMPS,
+            "float32",
+        ),
+        Implementation(
+            "whosaid-int8-no-timestamps",
+            "asr",
+            "this project decoding text only (without_timestamps=true) with QUANTIZATION=int8, the job's language (en)",
+            _whosaid_loader(
+                lambda job: {"language": job.language, "batch_size": job.batch_size, "without_timestamps": True},
+                with_assistant=False,
+                quantization="int8",
+            ),
+            GREEDY_WITHOUT_TIMESTAMPS,
             "int8",
         ),
         Implementation(
