@@ -17,7 +17,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_ASR = REPO_ROOT.parent / "shared" / "data" / "asr"
 ASR_IMPLEMENTATIONS = (
-    "whosaid", "whosaid-int8", "transformers", "transformers-greedy",
+    "whosaid", "whosaid-int8", "whosaid-no-timestamps", "whosaid-int8-no-timestamps",
+    "transformers", "transformers-greedy",
     "faster-whisper-fp32", "faster-whisper-fp32-greedy", "faster-whisper-int8", "faster-whisper-int8-greedy",
     "faster-whisper-fp32-greedy-timestamps", "faster-whisper-int8-greedy-timestamps",
 )
