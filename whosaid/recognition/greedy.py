@@ -93,6 +93,17 @@ def is_silence(result: WindowTokens, options: FallbackOptions) -> bool:
     return result.no_speech_prob > options.no_speech_threshold and result.avg_logprob < options.logprob_threshold
 
 
+def left_undecoded_from(tokens: Sequence[int], timestamp_begin: int) -> Optional[float]:
+    """Where a window's tokens leave the rest of the window undecoded (seconds from its start), or
+    None. Tokens that end with a pair of timestamps after text (a segment closed, the next one
+    opened and given no text) are Whisper's way of saying that what follows is cut off by the
+    window's end: openai/whisper's transcribe then starts its next window at that timestamp
+    instead of after the window. A window that ends with one timestamp was decoded to its end."""
+    if len(tokens) < 3 or tokens[-3] >= timestamp_begin or min(tokens[-2:]) < timestamp_begin:
+        return None
+    return (tokens[-1] - timestamp_begin) * WHISPER_TIME_PRECISION_S
+
+
 def complete_segments(
     tokens: Sequence[int], timestamp_begin: int, is_repeating: Callable[[list[int]], bool]
 ) -> list[int]:

@@ -7,7 +7,8 @@ once or per window, and word timestamps (whosaid.recognition.word_timing) for th
 
 A batch of windows goes through named stages (`SpeechRecognizer._transcribe_track_windows` reads
 them top to bottom), each a function over one `WindowDecoding` per window: detect language, decode,
-retry with beams, cut loops, split segments, time words, to audio times, to spans. A batch holds
+retry with beams, cut loops, split segments, time words, to audio times, to spans; then the rest of
+each window whose decoding stopped short, from where it stopped, through the same stages. A batch holds
 one audio's windows (`transcribe`), or those of several tracks of one recording, a call's channels
 (`transcribe_tracks`), each window cut from its track. A segment has one
 shape from the decoder to the spans: whosaid.recognition.segments.DecodedSegment."""
@@ -40,6 +41,7 @@ from whosaid.recognition.greedy import (
     complete_segments,
     is_repetitive,
     is_silence,
+    left_undecoded_from,
     needs_fallback,
     split_segments,
 )
@@ -68,6 +70,11 @@ ENCODER_WINDOWS_PER_PASS_GPU = 8
 # bytes, 37 MB), so a batch of 24 held 0.9 GB whatever the recording's length; the encoder still
 # runs over the whole batch (benchmarks/CHANGELOG.md, "Memory against recording length").
 DECODER_CROSS_BYTES_CPU = 320 * 2**20
+# A window whose tokens leave its rest undecoded (greedy.left_undecoded_from) is decoded again
+# from there, as openai/whisper's next window starts there, when at least this much of it is left
+# and its tokens reached at least this far: less is the VAD's padding after the last words, and
+# every further pass then moves on by a second at least.
+UNDECODED_REST_MIN_S = 1.0
 
 
 class SpeechRecognizer:
@@ -383,7 +390,19 @@ class SpeechRecognizer:
         warnings: list[Optional[str]] = [None] * len(windows)
         for window in speech:
             warnings[window.row] = window.warning
-        return self._to_spans(len(windows), speech, words=options.word_timestamps), languages, warnings
+        spans = self._to_spans(len(windows), speech, words=options.word_timestamps)
+        rests = _undecoded_rests(speech, self.decoder.timestamp_begin) if options.timestamps else []
+        if rests:
+            # Stage 'decode the rest': each window whose decoding stopped short, from where it
+            # stopped, as openai/whisper's next window starts there; its spans follow the window's.
+            rest_windows = [TrackWindow(windows[row].track, rest) for row, rest in rests]
+            rest_spans, languages, rest_warnings = self._transcribe_track_windows(
+                tracks, rest_windows, languages, options, previous, assistant=assistant
+            )
+            for (row, _), more, warning in zip(rests, rest_spans, rest_warnings, strict=True):
+                spans[row] += more
+                warnings[row] = warnings[row] or warning
+        return spans, languages, warnings
 
     def _features_of(self, tracks: Sequence[Audio], windows: Sequence[TrackWindow]) -> tuple[Any, list[int]]:
         """The windows' features, and each window's length in samples (for word timing)."""
@@ -673,6 +692,21 @@ def _segment_to_audio_times(window: SpeechWindow, segment: DecodedSegment) -> De
         word_end_s = max(window.to_audio_s(word.end_s, is_end=True), word_start_s)
         words.append(Word(word.text, round(word_start_s, 3), round(word_end_s, 3), word.probability))
     return DecodedSegment(segment.tokens, round(start_s, 3), round(end_s, 3), tuple(words))
+
+
+def _undecoded_rests(speech: Sequence[WindowDecoding], timestamp_begin: int) -> list[tuple[int, SpeechWindow]]:
+    """Each contiguous window of `speech` whose tokens leave its rest undecoded (at least
+    UNDECODED_REST_MIN_S of it, after at least that much decoded), with that rest as a window of
+    its own: (its row, the rest). A joined window's rest is left as it is."""
+    rests = []
+    for window in speech:
+        stopped_s = left_undecoded_from(window.tokens, timestamp_begin)
+        if window.window.joined or stopped_s is None or stopped_s < UNDECODED_REST_MIN_S:
+            continue
+        start_s = window.window.start_s + stopped_s
+        if window.window.end_s - start_s >= UNDECODED_REST_MIN_S:
+            rests.append((window.row, SpeechWindow(start_s, window.window.end_s)))
+    return rests
 
 
 def window_batches(windows: Sequence[W], batch_size: int, *, first_alone: bool = True) -> list[Sequence[W]]:
