@@ -372,7 +372,35 @@ class SpeechRecognizer:
         asks; map joined windows back to the audio; make the spans. Returns each window's spans on
         its track's time line (none for a silent window), each track's language (`languages`:
         each one's so far; see `_detect_languages_of`) and each window's warning, if it still
-        looped after beam search (its text cut at its last good segment)."""
+        looped after beam search (its text cut at its last good segment). Then the rest of each
+        window whose decoding stopped short (`_undecoded_rests`), from where it stopped, through
+        the same stages, as openai/whisper's next window starts there; its spans follow the
+        window's."""
+        spans, languages, warnings, rests = self._window_stages(
+            tracks, windows, languages, options, previous, assistant
+        )
+        while rests:
+            rest_windows = [TrackWindow(windows[row].track, rest) for row, rest in rests]
+            rest_spans, languages, rest_warnings, more = self._window_stages(
+                tracks, rest_windows, languages, options, previous, assistant
+            )
+            for (row, _), one_rest_spans, warning in zip(rests, rest_spans, rest_warnings, strict=True):
+                spans[row] += one_rest_spans
+                warnings[row] = warnings[row] or warning
+            rests = [(rests[rest_row][0], rest) for rest_row, rest in more]
+        return spans, languages, warnings
+
+    def _window_stages(
+        self,
+        tracks: Sequence[Audio],
+        windows: Sequence[TrackWindow],
+        languages: Sequence[Optional[str]],
+        options: DecodingOptions,
+        previous: Sequence[int],
+        assistant: Any,
+    ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]], list[tuple[int, SpeechWindow]]]:
+        """`_transcribe_track_windows`' stages over one batch of windows: its spans, languages and
+        warnings, and each window whose decoding stopped short with the rest it left."""
         import torch
 
         features, lengths = self._features_of(tracks, windows)
@@ -392,17 +420,7 @@ class SpeechRecognizer:
             warnings[window.row] = window.warning
         spans = self._to_spans(len(windows), speech, words=options.word_timestamps)
         rests = _undecoded_rests(speech, self.decoder.timestamp_begin) if options.timestamps else []
-        if rests:
-            # Stage 'decode the rest': each window whose decoding stopped short, from where it
-            # stopped, as openai/whisper's next window starts there; its spans follow the window's.
-            rest_windows = [TrackWindow(windows[row].track, rest) for row, rest in rests]
-            rest_spans, languages, rest_warnings = self._transcribe_track_windows(
-                tracks, rest_windows, languages, options, previous, assistant=assistant
-            )
-            for (row, _), more, warning in zip(rests, rest_spans, rest_warnings, strict=True):
-                spans[row] += more
-                warnings[row] = warnings[row] or warning
-        return spans, languages, warnings
+        return spans, languages, warnings, rests
 
     def _features_of(self, tracks: Sequence[Audio], windows: Sequence[TrackWindow]) -> tuple[Any, list[int]]:
         """The windows' features, and each window's length in samples (for word timing)."""
