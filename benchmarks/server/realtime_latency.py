@@ -2,7 +2,8 @@
 
 Starts `python -m whosaid serve` (CPU, the chosen model, the built-in diarizer) and streams real
 speech to /v1/realtime through `whosaid listen`'s client, paced in real time, from 1, 2 and 4
-sessions at once (session i streams recording i of pyannote's sample and the AMI snippets).
+sessions at once. Each session streams pyannote's sample and three AMI snippets one after
+another (2 minutes), session i starting with recording i.
 Per turn it records:
 
 - `completed` latency: from `speech_stopped` to the turn's `completed` event;
@@ -62,6 +63,11 @@ def one_session(url: str, pcm: bytes, out: dict[str, Any]) -> None:
     out["real_time_factor"] = last / (audio_s + TAIL_SILENCE_S)
 
 
+def one_after_another(pcms: list[bytes], first: int) -> bytes:
+    """The recordings' PCM joined, starting with recording `first`."""
+    return b"".join(pcms[(first + index) % len(pcms)] for index in range(len(pcms)))
+
+
 def median_p90(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
@@ -90,7 +96,9 @@ def main() -> None:
         for count in counts:
             results: list[dict[str, Any]] = [{} for _ in range(count)]
             threads = [
-                threading.Thread(target=one_session, args=(server.base_url, pcms[index % len(pcms)], results[index]))
+                threading.Thread(
+                    target=one_session, args=(server.base_url, one_after_another(pcms, index), results[index])
+                )
                 for index in range(count)
             ]
             for thread in threads:

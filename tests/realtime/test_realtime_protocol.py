@@ -65,6 +65,9 @@ class StubRecognizer:
             on_window([Span(0.0, audio.duration_s, " hello there")])
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
 
+    def trimmed(self, margin_s: float) -> "StubRecognizer":
+        return self
+
 
 @pytest.fixture(scope="module")
 def stub() -> StubRecognizer:

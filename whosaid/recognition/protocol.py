@@ -55,3 +55,7 @@ class Recognizer(Protocol):
     ) -> list[AsrOutput]:
         """Each of several tracks of one recording (a call's channels) transcribed as on its
         own, one AsrOutput each, in order; the tracks' windows may be decoded together."""
+
+    def trimmed(self, margin_s: float) -> "Recognizer":
+        """The same recognition (the same models) for short audio heard live: each batch's
+        encoder input cut to its audio and `margin_s` more, not Whisper's 30 s."""

@@ -15,8 +15,10 @@ shape from the decoder to the spans: whosaid.recognition.segments.DecodedSegment
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
@@ -31,8 +33,9 @@ from whosaid.audio.vad import (
     plan_joined_windows,
     plan_windows,
 )
-from whosaid.config import WHISPER_SAMPLE_RATE_HZ, InferenceConfig, ModelSettings
+from whosaid.config import WHISPER_SAMPLE_RATE_HZ, WHISPER_WINDOW_S, InferenceConfig, ModelSettings
 from whosaid.errors import InferenceError, InvalidParametersError
+from whosaid.recognition.encoding import MEL_FRAMES_PER_S, encode_frames
 from whosaid.recognition.greedy import (
     WHISPER_TIME_PRECISION_S,
     FallbackOptions,
@@ -92,6 +95,7 @@ class SpeechRecognizer:
         language_switch_pause_s: float = LANGUAGE_SWITCH_PAUSE_S,
         assisted_max_duration_s: float = 0.0,
         window_pause_s: Optional[float] = None,
+        encoder_margin_s: Optional[float] = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -103,6 +107,9 @@ class SpeechRecognizer:
         self.assisted_max_duration_s = assisted_max_duration_s
         # None: contiguous windows, pauses kept; else speech joined, pauses cut to this (vad.py).
         self.window_pause_s = window_pause_s
+        # None: every window encoded as Whisper's 30 s; else only its audio and this much of the
+        # padding after it (`trimmed`).
+        self.encoder_margin_s = encoder_margin_s
         self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
@@ -122,6 +129,16 @@ class SpeechRecognizer:
         max_duration_s = assisted_max_duration_s(settings, model.device.type)
         pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
         return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
+
+    def trimmed(self, margin_s: float) -> "SpeechRecognizer":
+        """This recognizer (the same models) encoding each batch's audio and `margin_s` of the
+        padding after it, in whole seconds, instead of Whisper's 30 s: a short window's encoder
+        pass costs about its length, not 30 s's. For live captions, whose turns are seconds long;
+        Whisper was trained on 30 s inputs, so the margin keeps the padding its timestamps and
+        end-of-text are read against (benchmarks/server/README.md measures the WER)."""
+        trimmed = copy.copy(self)
+        trimmed.encoder_margin_s = margin_s
+        return trimmed
 
     @property
     def has_assistant(self) -> bool:
@@ -347,10 +364,13 @@ class SpeechRecognizer:
     def encode(self, features: Any) -> Any:
         """The encoder's output for `features` (windows, mel bins, frames), computed a few windows
         at a time: its activations then stay bounded whatever the batch size, and on CPU one
-        window's 1500 frames already fill the cores."""
+        window's 1500 frames already fill the cores. Features shorter than 30 s (`trimmed`) go
+        through the encoder's layers with the first of its positions (`encode_frames`)."""
         import torch
 
         encoder = self.model.get_encoder()
+        if features.shape[-1] < WHISPER_WINDOW_S * MEL_FRAMES_PER_S:
+            return encode_frames(encoder, features)
         step = ENCODER_WINDOWS_PER_PASS_CPU if features.device.type == "cpu" else ENCODER_WINDOWS_PER_PASS_GPU
         parts = [encoder(features[first : first + step]).last_hidden_state for first in range(0, len(features), step)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -425,7 +445,12 @@ class SpeechRecognizer:
     def _features_of(self, tracks: Sequence[Audio], windows: Sequence[TrackWindow]) -> tuple[Any, list[int]]:
         """The windows' features, and each window's length in samples (for word timing)."""
         samples = [window.window.samples(tracks[window.track].reader) for window in windows]
-        return self.features(samples), [len(one) for one in samples]
+        features = self.features(samples)
+        if self.encoder_margin_s is not None:
+            longest_s = max(len(one) for one in samples) / WHISPER_SAMPLE_RATE_HZ
+            seconds = min(math.ceil(longest_s + self.encoder_margin_s), WHISPER_WINDOW_S)
+            features = features[..., : int(seconds * MEL_FRAMES_PER_S)]
+        return features, [len(one) for one in samples]
 
     def _detect_languages_of(
         self, batch: EncodedBatch, tracks: Sequence[int], known: Sequence[Optional[str]]

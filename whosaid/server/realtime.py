@@ -21,10 +21,11 @@ buffer and its turn detection (whosaid.live.turns), and queues committed turns. 
 takes the queued turns in order and, between them, transcribes the turn being spoken again as it
 grows: the words two hypotheses agree on go out as deltas (whosaid.live.agreement). Every model
 call runs through the server's JobLimiter, so live sessions and file requests share the same
-job slots and never call the models at once. A turn's final transcript is its last
-hypothesis when that was decoded on exactly the turn's audio (one is tried as soon as a pause
-begins); the turn's speaker comes from its CAM++
-embedding clustered against the session's speakers so far (whosaid.live.speakers).
+job slots and never call the models at once. As soon as a pause begins, the turn is
+transcribed and its speakers found as if the pause ended it (a hypothesis on exactly the audio
+it would be committed with): when it does, that is the turn's final result and `completed`
+follows `speech_stopped` at once. The turn's speakers come from CAM++ embeddings clustered
+against the session's speakers so far (whosaid.live.speakers).
 
 Backpressure: at most MAX_PENDING_TURNS committed turns wait for transcription; beyond that the
 receiver stops reading the socket until one is done, so a client sending faster than real time
@@ -74,8 +75,14 @@ HYPOTHESIS_STEP_S = 0.5
 MIN_HYPOTHESIS_S = 0.5
 #: Earlier speech decoded before each turn, for Whisper's context.
 ASR_CONTEXT_S = 5.0
+#: Padding encoded after a turn's audio (SpeechRecognizer.trimmed): seconds, not Whisper's 30.
+ENCODER_MARGIN_S = 3.0
 #: How long a session that ended waits for its running job to stop before abandoning it.
 STOP_WAIT_S = 30.0
+#: How far the VAD's view of where a turn's speech ends may move (a few frames) between the
+#: hypothesis made when its pause began and the pause being heard out: the turn is committed
+#: where that hypothesis ended, so that it is the turn's final result.
+PAUSE_END_TOLERANCE_S = 0.1
 #: OpenAI refuses to commit less audio than this (input_audio_buffer_commit_empty).
 MIN_COMMIT_S = 0.1
 #: Longest buffer without turn detection (the client commits it); past this appends are refused.
@@ -104,9 +111,29 @@ class Turn:
     end_s: Optional[float] = None  # set when committed
     samples: Optional[np.ndarray] = None  # set when committed
     speech_end_s: Optional[float] = None  # the end of its last speech, when the VAD knows it
-    # The last hypothesis, the audio end it covers and the settings it was decoded with.
-    hypothesis: Optional[tuple[Transcript, float, InferenceConfig, int]] = None
-    hypothesis_end_s: float = 0.0
+    hypothesis: Optional[Hypothesis] = None  # the last one
+    hypothesis_end_s: float = 0.0  # where the last one started (or finished) ends
+    pause_end_s: Optional[float] = None  # where the last one ends, when made at a pause
+
+    def pause_hypothesis_ends_near(self, end_s: float) -> bool:
+        return self.pause_end_s is not None and abs(end_s - self.pause_end_s) <= PAUSE_END_TOLERANCE_S
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A transcript of a turn being spoken, up to `end_s`, with what it was decoded with; taken
+    as the turn's final result when the turn is committed at `end_s` with the same settings
+    and session context. A hypothesis made at a pause also has the turn's speakers."""
+
+    transcript: Transcript
+    end_s: float
+    config: InferenceConfig
+    context_version: int
+    speakers: Optional[TurnSpeakers] = None
+    at_pause: bool = False
+
+    def final_for(self, turn: Turn, config: InferenceConfig, context_version: int) -> bool:
+        return (self.end_s, self.config, self.context_version) == (turn.end_s, config, context_version)
 
 
 class SessionEnded(Exception):
@@ -126,8 +153,13 @@ class RealtimeSession:
         self.service = service
         self.engine = service.engine()
         # Engine.transcribe without a diarizer: speech recognition only (silence answered with
-        # nothing, errors typed as everywhere); speakers are found turn by turn here.
-        self.asr = Engine(self.engine.recognizer, None, max_audio_duration_s=self.engine.max_audio_duration_s)
+        # nothing, errors typed as everywhere), a turn's encoder pass as long as the turn and its
+        # context; speakers are found turn by turn here.
+        self.asr = Engine(
+            self.engine.recognizer.trimmed(ENCODER_MARGIN_S),
+            None,
+            max_audio_duration_s=self.engine.max_audio_duration_s,
+        )
         self.max_session_s = max_session_s
         self.idle_timeout_s = idle_timeout_s
         self.session_id = new_id("sess")
@@ -329,7 +361,7 @@ class RealtimeSession:
                     item_id=self.live_turn.item_id,
                 )
                 self.live_turn.speech_end_s = self.buffer.last_speech_end_s
-                await self._commit(buffer_event.turn_end_s)
+                await self._commit(self._turn_end_s(self.live_turn, buffer_event.turn_end_s))
         self.wake.set()
 
     async def _commit_manually(self) -> None:
@@ -343,6 +375,14 @@ class RealtimeSession:
         if self.live_turn is None:
             self.live_turn = self._new_turn(self.buffer.start_s)
         await self._commit(None)
+
+    def _turn_end_s(self, turn: Turn, heard_end_s: float) -> float:
+        """Where a turn whose pause was heard out is committed: where its pause hypothesis ended
+        when that is within PAUSE_END_TOLERANCE_S and after its speech, else `heard_end_s`."""
+        pause_end_s = turn.pause_end_s
+        if pause_end_s is not None and turn.pause_hypothesis_ends_near(heard_end_s):
+            return pause_end_s if pause_end_s > self.buffer.last_speech_end_s else heard_end_s
+        return heard_end_s
 
     def _new_turn(self, start_s: float) -> Turn:
         return Turn(item_id=new_id("item"), start_s=start_s, previous_item_id=self.last_item_id)
@@ -411,7 +451,7 @@ class RealtimeSession:
             return None
         pause_end_s = self.buffer.turn_end_if_pause_s()
         if pause_end_s is not None:
-            return pause_end_s if pause_end_s != turn.hypothesis_end_s else None
+            return None if turn.pause_hypothesis_ends_near(pause_end_s) else pause_end_s
         end_s = self.buffer.end_s
         # Hypotheses take at most about half of the session's time, so that the final
         # transcripts, which decide the `completed` latency, are never starved.
@@ -421,17 +461,26 @@ class RealtimeSession:
         return None
 
     async def _hypothesise(self, turn: Turn, end_s: float) -> None:
+        """A hypothesis of the turn up to `end_s`; its new agreed words go out as a delta. At a
+        pause (`end_s` is where the pause would end the turn) it is the whole of the turn's final
+        work, speakers included, done while the client waits for the pause to be heard out."""
         samples = self.buffer.samples(turn.start_s, end_s)
         turn.hypothesis_end_s = end_s
         config, version = self.inference_config, self.context_version
+        at_pause = end_s == self.buffer.turn_end_if_pause_s()
+        turn.pause_end_s = end_s if at_pause else None
         started = time.monotonic()
         try:
-            transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
+            if at_pause:
+                transcript, speakers = await self._job(lambda stop: self._final(samples, config, None, stop))
+            else:
+                transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
+                speakers = None
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
         self.hypothesis_cost_s = time.monotonic() - started
-        turn.hypothesis = (transcript, end_s, config, version)
+        turn.hypothesis = Hypothesis(transcript, end_s, config, version, speakers, at_pause)
         delta = turn.prefix.update(transcript.text)
         if delta:
             await self._delta(turn, delta)
@@ -440,11 +489,15 @@ class RealtimeSession:
         assert turn.samples is not None and turn.end_s is not None
         samples, config = turn.samples, self.inference_config
         hypothesis = turn.hypothesis
-        reused = None
-        if hypothesis is not None and hypothesis[1:] == (turn.end_s, config, self.context_version):
-            reused = hypothesis[0]
         try:
-            transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, reused, stop))
+            if hypothesis is not None and hypothesis.final_for(turn, config, self.context_version):
+                if hypothesis.at_pause:
+                    transcript, turn_speakers = hypothesis.transcript, hypothesis.speakers
+                else:
+                    reused = hypothesis.transcript
+                    transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, reused, stop))
+            else:
+                transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, None, stop))
         except (WhosaidError, ApiError) as error:
             status, code = _status_and_code(error)
             await self.send(

@@ -1,0 +1,58 @@
+"""Live captions encode a turn's audio and a few seconds after it instead of Whisper's 30 s
+(`SpeechRecognizer.trimmed`, `encode_frames`): the same modules as transformers' encoder, the
+features cut to whole seconds, the same models shared."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.engines import config, cut
+from whosaid.recognition.encoding import encode_frames
+
+
+@pytest.fixture(scope="module")
+def recognizer(converted_model, make_engine):
+    return make_engine(converted_model("whisper-base")).recognizer
+
+
+def test_over_30_s_of_frames_it_is_the_encoders_own_forward_pass(recognizer, sample_audio) -> None:
+    import torch
+
+    features = recognizer.features([sample_audio.samples[: 5 * 16_000]])
+    encoder = recognizer.model.get_encoder()
+    with torch.inference_mode():
+        expected = encoder(features).last_hidden_state
+        torch.testing.assert_close(encode_frames(encoder, features), expected, rtol=0, atol=1e-5)
+        short = encode_frames(encoder, features[..., :800])
+    assert short.shape == (1, 400, expected.shape[-1])
+    with pytest.raises(ValueError, match="odd"):
+        encode_frames(encoder, features[..., :801])
+
+
+def test_a_trimmed_recognizer_shares_the_models_and_cuts_features_to_whole_seconds(recognizer, sample_audio) -> None:
+    from whosaid.audio.vad import SpeechWindow
+    from whosaid.recognition.recognizer import TrackWindow
+
+    trimmed = recognizer.trimmed(3.0)
+    assert trimmed.model is recognizer.model and trimmed.decoder is recognizer.decoder
+    assert recognizer.encoder_margin_s is None and trimmed.encoder_margin_s == 3.0
+    audio = cut(sample_audio, 6.0, 14.2)  # 8.2 s: 8.2 + 3 s, rounded up to 12 s of frames
+    window = TrackWindow(0, SpeechWindow(0.0, audio.duration_s))
+    features, lengths = trimmed._features_of([audio], [window])
+    assert features.shape[-1] == 1200 and lengths == [len(audio.samples)]
+    assert recognizer._features_of([audio], [window])[0].shape[-1] == 3000
+    long = cut(sample_audio, 0.0, 28.0)
+    assert trimmed._features_of([long], [TrackWindow(0, SpeechWindow(0.0, 28.0))])[0].shape[-1] == 3000
+
+
+def test_a_trimmed_recognizer_hears_the_sentence_with_its_word_times(recognizer, sample_audio) -> None:
+    from whosaid.engine import Engine
+
+    audio = cut(sample_audio, 6.0, 14.2)
+    transcript = Engine(recognizer.trimmed(3.0), None).transcribe(
+        audio, config(language="en", return_timestamps="word")
+    )
+    assert "this is diane in new jersey" in transcript.text.lower()
+    words = [word for chunk in transcript.chunks for word in chunk.words]
+    assert all(0 <= word.start_s <= word.end_s <= audio.duration_s for word in words)
+    assert [word.start_s for word in words] == sorted(word.start_s for word in words)
