@@ -135,7 +135,7 @@ class SpeechRecognizer:
         padding after it, in whole seconds, instead of Whisper's 30 s: a short window's encoder
         pass costs about its length, not 30 s's. For live captions, whose turns are seconds long;
         Whisper was trained on 30 s inputs, so the margin keeps the padding its timestamps and
-        end-of-text are read against (benchmarks/server/README.md measures the WER)."""
+        end-of-text are read against (benchmarks/CHANGELOG.md gives the WER per margin)."""
         trimmed = copy.copy(self)
         trimmed.encoder_margin_s = margin_s
         return trimmed
@@ -369,10 +369,14 @@ class SpeechRecognizer:
         import torch
 
         encoder = self.model.get_encoder()
-        if features.shape[-1] < WHISPER_WINDOW_S * MEL_FRAMES_PER_S:
-            return encode_frames(encoder, features)
+
+        def forward(part: Any) -> Any:
+            if part.shape[-1] < WHISPER_WINDOW_S * MEL_FRAMES_PER_S:
+                return encode_frames(encoder, part)
+            return encoder(part).last_hidden_state
+
         step = ENCODER_WINDOWS_PER_PASS_CPU if features.device.type == "cpu" else ENCODER_WINDOWS_PER_PASS_GPU
-        parts = [encoder(features[first : first + step]).last_hidden_state for first in range(0, len(features), step)]
+        parts = [forward(features[first : first + step]) for first in range(0, len(features), step)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _transcribe_track_windows(
