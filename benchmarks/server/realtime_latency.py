@@ -13,9 +13,11 @@ Per turn it records:
 and per session the lag after its audio ends (last `completed` minus the end of the audio): a
 session holds real time when that lag stays bounded (a few seconds) instead of growing with the
 recording. Real-time factor: the session's wall time from first audio to last `completed`,
-over its audio's duration.
+over its audio's duration. Run to run the medians move by a second or more (a turn's latency
+depends on which hypotheses happened to run before it), so `--repeats` runs each row several
+times and pools the turns.
 
-    python -m benchmarks.server.realtime_latency --model models/whisper-base --sessions 1,2,4
+    python -m benchmarks.server.realtime_latency --model models/whisper-base --sessions 1,2,4 --repeats 3
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ def one_after_another(pcms: list[bytes], first: int) -> bytes:
     return b"".join(pcms[(first + index) % len(pcms)] for index in range(len(pcms)))
 
 
+def run_sessions(url: str, pcms: list[bytes], count: int) -> list[dict[str, Any]]:
+    """`count` sessions at once, session i streaming the recordings from recording i."""
+    results: list[dict[str, Any]] = [{} for _ in range(count)]
+    threads = [
+        threading.Thread(target=one_session, args=(url, one_after_another(pcms, index), results[index]))
+        for index in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def median_p90(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
@@ -77,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/whisper-base")
     parser.add_argument("--sessions", default="1,2,4", help="comma-separated session counts")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per row, their turns pooled")
     parser.add_argument("--output", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()
     counts = [int(count) for count in args.sessions.split(",")]
@@ -94,22 +111,15 @@ def main() -> None:
         wait_until_ready(server)
         one_session(server.base_url, pcms[0][: 48_000 * 5], {})  # warm-up: first calls load kernels
         for count in counts:
-            results: list[dict[str, Any]] = [{} for _ in range(count)]
-            threads = [
-                threading.Thread(
-                    target=one_session, args=(server.base_url, one_after_another(pcms, index), results[index])
-                )
-                for index in range(count)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            results: list[dict[str, Any]] = []
+            for _ in range(args.repeats):
+                results.extend(run_sessions(server.base_url, pcms, count))
             completed = [value for result in results for value in result.get("completed_s", [])]
             first = [value for result in results for value in result.get("first_delta_s", [])]
             row = {
                 "model": Path(args.model).name,
                 "sessions": count,
+                "repeats": args.repeats,
                 "turns": len(completed),
                 "completed_median_s": median_p90(completed)[0],
                 "completed_p90_s": median_p90(completed)[1],
