@@ -254,6 +254,55 @@ def test_a_stream_ends_with_the_warnings_and_no_error(make_engine, models, clip)
     assert done["warnings"] == [left_out(span) for span in windows_of(engine, clip)]
 
 
+def test_a_trimmed_recognizer_stops_a_loop_at_its_cap_per_second_of_audio(make_engine, models, sample_audio) -> None:
+    """Live captions' recognizer (`trimmed`) caps each window at TRIMMED_TOKENS_PER_S tokens per
+    second of its audio: a short window that loops stops there, greedy and with beams, instead
+    of running to the model's positions twice; the warning names the cap."""
+    import math
+
+    from whosaid.engine import Engine
+    from whosaid.recognition.recognizer import TRIMMED_TOKENS_BASE, TRIMMED_TOKENS_PER_S
+
+    engine = make_engine(models["looping"])
+    short = audio_from_array(sample_audio.samples[int(6.0 * 16_000) : int(8.0 * 16_000)], 16_000)
+    ((start_s, end_s),) = windows_of(engine, short)
+    cap = math.ceil((end_s - start_s) * TRIMMED_TOKENS_PER_S) + TRIMMED_TOKENS_BASE
+    assert cap < POSITIONS - 8  # well below the model's positions
+    decoder_passes = []
+    hook = engine.recognizer.model.get_decoder().register_forward_pre_hook(lambda *_: decoder_passes.append(1))
+    try:
+        transcript = Engine(engine.recognizer.trimmed(3.0), None).transcribe(short, config(language="en"))
+    finally:
+        hook.remove()
+    assert transcript.text == ""
+    assert transcript.warnings == (
+        f"window {start_s:.1f}-{end_s:.1f} s: Whisper repeated itself until its {cap}-token limit, "
+        "with beam search too; its text was left out",
+    )
+    # Beam search's passes (transformers' decoder module; the greedy loop runs its own steps):
+    # one per token, the first with the prompt.
+    assert len(decoder_passes) == cap
+    assert engine.transcribe(short, config(language="en")).warnings == (left_out((start_s, end_s)),)
+    # Drafts (live hypotheses before a pause): the failing window is left out, no beam search.
+    decoder_passes.clear()
+    hook = engine.recognizer.model.get_decoder().register_forward_pre_hook(lambda *_: decoder_passes.append(1))
+    try:
+        draft = Engine(engine.recognizer.trimmed(3.0, retry_with_beams=False), None).transcribe(
+            short, config(language="en")
+        )
+    finally:
+        hook.remove()
+    assert draft.text == "" and draft.chunks == () and draft.warnings == () and decoder_passes == []
+    import torch
+
+    recognizer = engine.recognizer
+    with torch.inference_mode():
+        states = recognizer.encode(recognizer.features([short.samples]))
+        (greedy,) = recognizer.decoder.decode(states, recognizer.decoder.prompt("en", "transcribe"), max_new_tokens=cap)
+        (unbounded,) = recognizer.decoder.decode(states, recognizer.decoder.prompt("en", "transcribe"))
+    assert len(greedy.tokens) == cap and len(unbounded.tokens) > cap
+
+
 # ------------------------------------------------------------------------- the rules themselves
 
 

@@ -65,7 +65,7 @@ class StubRecognizer:
             on_window([Span(0.0, audio.duration_s, " hello there")])
         return AsrOutput(chunks=(Chunk(0.0, audio.duration_s, " hello there"),), language="en", decoding="batched")
 
-    def trimmed(self, margin_s: float) -> "StubRecognizer":
+    def trimmed(self, margin_s: float, *, retry_with_beams: bool = True) -> "StubRecognizer":
         return self
 
 

@@ -245,9 +245,11 @@ class GreedyWhisperDecoder:
         options: Optional[DecodingOptions] = None,
         *,
         is_repeating: Optional[Callable[[list[int]], bool]] = None,
+        max_new_tokens: Optional[int] = None,
     ) -> list[WindowTokens]:
         """Decode every window of `encoder_states` (batch, frames, width) from `prompt` under
-        the rules of `options` (None: the model's own, `DecodingOptions.for_model`).
+        the rules of `options` (None: the model's own, `DecodingOptions.for_model`), at most
+        `max_new_tokens` tokens each (None, or more than the model allows: `max_new_tokens(prompt)`).
         `is_repeating(tokens)`, when given, is asked every `fallback.repetition_check_every`
         tokens and stops a row that it says loops (that row's result has gave_up=True)."""
         import torch
@@ -265,7 +267,7 @@ class GreedyWhisperDecoder:
                 start_of_transcript,
                 self.rules(prompt_ids.shape[1], prompt_ids.device, options),
                 is_repeating,
-                max_new_tokens=self.max_new_tokens(prompt),
+                max_new_tokens=min(self.max_new_tokens(prompt), max_new_tokens or self.max_new_tokens(prompt)),
                 room=self.positions_room(prompt),
             )
         finally:

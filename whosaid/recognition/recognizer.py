@@ -78,6 +78,11 @@ DECODER_CROSS_BYTES_CPU = 320 * 2**20
 # and its tokens reached at least this far: less is the VAD's padding after the last words, and
 # every further pass then moves on by a second at least.
 UNDECODED_REST_MIN_S = 1.0
+#: A trimmed recognizer's (`trimmed`) cap on the tokens of a window: this many per second of its
+#: audio, plus TRIMMED_TOKENS_BASE. Fast speech is a few tokens a second in every language; a loop
+#: on a short input would otherwise run to the model's 448 positions, then again with beams.
+TRIMMED_TOKENS_PER_S = 15.0
+TRIMMED_TOKENS_BASE = 20
 
 
 class SpeechRecognizer:
@@ -96,6 +101,7 @@ class SpeechRecognizer:
         assisted_max_duration_s: float = 0.0,
         window_pause_s: Optional[float] = None,
         encoder_margin_s: Optional[float] = None,
+        max_tokens_per_s: Optional[float] = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -110,6 +116,11 @@ class SpeechRecognizer:
         # None: every window encoded as Whisper's 30 s; else only its audio and this much of the
         # padding after it (`trimmed`).
         self.encoder_margin_s = encoder_margin_s
+        # None: a window may decode as many tokens as the model's positions allow; else at most
+        # this many per second of its audio (plus TRIMMED_TOKENS_BASE).
+        self.max_tokens_per_s = max_tokens_per_s
+        # False: a window failing Whisper's checks is left out, not decoded again with beams.
+        self.retry_with_beams = True
         self.decoder = GreedyWhisperDecoder(model, fallback)
         self.word_timer = WordTimer(model, processor.tokenizer)
         generation_config = model.generation_config
@@ -130,14 +141,21 @@ class SpeechRecognizer:
         pause_s = JOINED_WINDOW_PAUSE_S if settings.speech_windows == "joined" else None
         return cls(model, processor, assistant, assisted_max_duration_s=max_duration_s, window_pause_s=pause_s)
 
-    def trimmed(self, margin_s: float) -> "SpeechRecognizer":
+    def trimmed(self, margin_s: float, *, retry_with_beams: bool = True) -> "SpeechRecognizer":
         """This recognizer (the same models) encoding each batch's audio and `margin_s` of the
         padding after it, in whole seconds, instead of Whisper's 30 s: a short window's encoder
         pass costs about its length, not 30 s's. For live captions, whose turns are seconds long;
         Whisper was trained on 30 s inputs, so the margin keeps the padding its timestamps and
-        end-of-text are read against (benchmarks/CHANGELOG.md gives the WER per margin)."""
+        end-of-text are read against (benchmarks/CHANGELOG.md gives the WER per margin). Its
+        windows decode at most TRIMMED_TOKENS_PER_S tokens per second of their audio: a second of
+        audio that sends Whisper into a loop costs a fraction of a second, not the tens of seconds
+        that 448 tokens greedy and again with beams take. Without `retry_with_beams`, a window
+        whose greedy tokens fail Whisper's checks is left out instead of decoded again with beams
+        (a draft that a later decoding replaces anyway)."""
         trimmed = copy.copy(self)
         trimmed.encoder_margin_s = margin_s
+        trimmed.max_tokens_per_s = TRIMMED_TOKENS_PER_S
+        trimmed.retry_with_beams = retry_with_beams
         return trimmed
 
     @property
@@ -429,7 +447,7 @@ class SpeechRecognizer:
 
         features, lengths = self._features_of(tracks, windows)
         with torch.inference_mode():
-            batch = EncodedBatch(features, self.encode(features), options, previous, lengths)
+            batch = EncodedBatch(features, self.encode(features), options, previous, lengths, self._token_cap(lengths))
             row_languages, languages = self._detect_languages_of(batch, [w.track for w in windows], languages)
             decoded = self._decode(batch, [window.window for window in windows], row_languages, assistant)
             decoded = [self._retry_with_beams(batch, window) for window in decoded]
@@ -455,6 +473,14 @@ class SpeechRecognizer:
             seconds = min(math.ceil(longest_s + self.encoder_margin_s), WHISPER_WINDOW_S)
             features = features[..., : int(seconds * MEL_FRAMES_PER_S)]
         return features, [len(one) for one in samples]
+
+    def _token_cap(self, lengths: Sequence[int]) -> Optional[int]:
+        """The most tokens a window of a batch of these lengths (samples) may decode; None: the
+        model's positions decide (`max_tokens_per_s`)."""
+        if self.max_tokens_per_s is None:
+            return None
+        longest_s = max(lengths) / WHISPER_SAMPLE_RATE_HZ
+        return math.ceil(longest_s * self.max_tokens_per_s) + TRIMMED_TOKENS_BASE
 
     def _detect_languages_of(
         self, batch: EncodedBatch, tracks: Sequence[int], known: Sequence[Optional[str]]
@@ -492,7 +518,13 @@ class SpeechRecognizer:
                 decoded = [
                     result
                     for part in _parts(rows, self.decoder_rows(states))
-                    for result in self.decoder.decode(states[part], prompt, options, is_repeating=self._is_repeating)
+                    for result in self.decoder.decode(
+                        states[part],
+                        prompt,
+                        options,
+                        is_repeating=self._is_repeating,
+                        max_new_tokens=batch.max_new_tokens,
+                    )
                 ]
             else:
                 drafts = self.generate_tokens(
@@ -503,6 +535,7 @@ class SpeechRecognizer:
                     batch.previous,
                     options=options,
                     assistant_model=assistant,
+                    **self._capped(prompt, batch.max_new_tokens),
                 )
                 decoded = [
                     self.decoder.score(states[row : row + 1], prompt, row_tokens, options)
@@ -523,7 +556,12 @@ class SpeechRecognizer:
         greedy = window.greedy
         if is_silence(greedy, self.fallback) or not needs_fallback(greedy, self.text(greedy.tokens), self.fallback):
             return window
+        if not self.retry_with_beams:
+            return dataclasses.replace(window, tokens=())
         row = window.row
+        prompt = self.decoder.prompt(
+            window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
+        )
         (tokens,) = self.generate_tokens(
             batch.features[row : row + 1],
             batch.encoder_states[row : row + 1],
@@ -532,6 +570,7 @@ class SpeechRecognizer:
             batch.previous,
             options=batch.options,
             num_beams=self.fallback.num_beams,
+            **self._capped(prompt, batch.max_new_tokens),
         )
         return dataclasses.replace(window, tokens=tuple(tokens))
 
@@ -541,10 +580,17 @@ class SpeechRecognizer:
         prompt = self.decoder.prompt(
             window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
         )
-        if len(window.tokens) < self.decoder.positions_room(prompt):
+        room, limit = self.decoder.positions_room(prompt), self.decoder.max_target_positions
+        if batch.max_new_tokens is not None and batch.max_new_tokens < room:
+            room = limit = batch.max_new_tokens
+        if len(window.tokens) < room:
             return window
         kept = complete_segments(window.tokens, self.decoder.timestamp_begin, self._is_repeating)
-        return dataclasses.replace(window, tokens=tuple(kept), warning=self._loop_warning(window.window, kept))
+        return dataclasses.replace(window, tokens=tuple(kept), warning=self._loop_warning(window.window, kept, limit))
+
+    def _capped(self, prompt: Sequence[int], cap: Optional[int]) -> dict[str, int]:
+        """`generate_tokens`' max_new_tokens under a batch's cap (nothing: its default)."""
+        return {} if cap is None else {"max_new_tokens": min(self.decoder.max_new_tokens(prompt), cap)}
 
     def _split_segments(self, window: WindowDecoding) -> WindowDecoding:
         """Stage 'segments': the window's tokens cut at their timestamps (`segments`)."""
@@ -599,12 +645,13 @@ class SpeechRecognizer:
         per_window = len(self.decoder.step.layers) * 2 * frames * width * encoder_states.element_size()
         return max(1, DECODER_CROSS_BYTES_CPU // per_window)
 
-    def _loop_warning(self, window: SpeechWindow, kept: Sequence[int]) -> str:
-        """What the response says about a window whose decoding looped to the end of Whisper's
-        context, beam search included, and was cut to `kept`."""
+    def _loop_warning(self, window: SpeechWindow, kept: Sequence[int], limit: int) -> str:
+        """What the response says about a window whose decoding looped to its `limit` of tokens
+        (Whisper's context, or a trimmed recognizer's cap), beam search included, and was cut to
+        `kept`."""
         problem = (
             f"window {window.start_s:.1f}-{window.end_s:.1f} s: Whisper repeated itself until its "
-            f"{self.decoder.max_target_positions}-token limit, with beam search too"
+            f"{limit}-token limit, with beam search too"
         )
         if not kept:
             return f"{problem}; its text was left out"
@@ -696,6 +743,7 @@ class EncodedBatch:
     options: DecodingOptions
     previous: Sequence[int]  # the text tokens every window is conditioned on
     lengths: Sequence[int]  # each window's length in samples
+    max_new_tokens: Optional[int] = None  # the most tokens a window may decode (None: the model's)
 
 
 @dataclass(frozen=True)

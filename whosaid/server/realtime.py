@@ -160,6 +160,13 @@ class RealtimeSession:
             None,
             max_audio_duration_s=self.engine.max_audio_duration_s,
         )
+        # Hypotheses before a pause are drafts: a window failing Whisper's checks is left out
+        # rather than decoded again with beams, which would delay the hypothesis made at the pause.
+        self.drafts = Engine(
+            self.engine.recognizer.trimmed(ENCODER_MARGIN_S, retry_with_beams=False),
+            None,
+            max_audio_duration_s=self.engine.max_audio_duration_s,
+        )
         self.max_session_s = max_session_s
         self.idle_timeout_s = idle_timeout_s
         self.session_id = new_id("sess")
@@ -474,7 +481,7 @@ class RealtimeSession:
             if at_pause:
                 transcript, speakers = await self._job(lambda stop: self._final(samples, config, None, stop))
             else:
-                transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
+                transcript = await self._job(lambda stop: self._recognise(samples, config, stop, self.drafts))
                 speakers = None
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
@@ -533,14 +540,16 @@ class RealtimeSession:
             usage={"type": "duration", "seconds": round(samples.size / RATE, 3)},
         )
 
-    def _recognise(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
+    def _recognise(
+        self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal, engine: Optional[Engine] = None
+    ) -> Transcript:
         """The turn's transcript, decoded after up to ASR_CONTEXT_S of the session's earlier
         speech (as a file's window holds the sentence before): a turn cut at a pause in
         mid-sentence is heard as the sentence's continuation. Only the words that lie in the turn
         (their middle after its start) are kept, with times from the turn's start."""
         context = self.recent_audio
         offset_s = context.size / RATE
-        heard = self.asr.transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
+        heard = (engine or self.asr).transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
         if not offset_s:
             return heard
         chunks = []
