@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from whosaid.errors import InvalidAudioError
-from whosaid.live.agreement import StablePrefix
+from whosaid.live.agreement import StablePrefix, loop_start
 from whosaid.live.pcm import Pcm16Stream
 from whosaid.live.speakers import LiveSpeakers
 from whosaid.live.turns import InputBuffer, TurnDetection
@@ -43,6 +43,20 @@ def test_the_final_transcript_is_joined_after_the_last_word_that_matches() -> No
     assert empty.complete("") == "" and empty.text == ""
     only_final = StablePrefix()
     assert only_final.complete("Just this.") == "Just this."
+
+
+def test_a_phrase_said_a_third_time_in_a_row_is_not_sent_before_the_turn_ends() -> None:
+    """Greedy Whisper loops on a turn's first second ("Hello? Hello? Hello? ..."), and two
+    hypotheses may agree on the loop: only two times of a phrase are sent; the final adds the rest."""
+    assert loop_start("Hello? Hello? Hello? Hello? were".split()) == 2
+    assert loop_start("and so on and so on and so on then".split()) == 6
+    assert loop_start("Hello. Hello. Oh, hello. I didn't".split()) == 6  # said twice: no loop, all 6 words
+    prefix = StablePrefix()
+    prefix.update("Hello? Hello? Hello? Hello? Hello? Hello?")
+    assert prefix.update("Hello? Hello? Hello? Hello? Hello? Hello? Hello?") == "Hello? Hello?"
+    assert prefix.update("Hello? Hello? Hello? Hello? Hello? Hello? Hello? Hello?") == ""
+    final = "Hello? Hello. Oh, hello. I didn't know you were there."
+    assert prefix.complete(final) == " Oh, hello. I didn't know you were there."
 
 
 def speech_then_silence(sample_audio, start_s: float, end_s: float, silence_s: float = 1.0) -> np.ndarray:

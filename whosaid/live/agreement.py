@@ -4,7 +4,8 @@ successive hypotheses (LocalAgreement-2, as in whisper_streaming).
 The turn's audio so far is transcribed again and again as it grows. A word is sent once two
 hypotheses in a row agree on it and on every word before it, and once it is not among the last
 UNSETTLED_WORDS of the newest hypothesis (the audio may end inside them). Words are compared without case and
-punctuation ("Hello," then "hello."), the newest hypothesis's spelling is the one sent.
+punctuation ("Hello," then "hello."), the newest hypothesis's spelling is the one sent. Words
+from the third time a phrase repeats on are never agreed (LOOP_PHRASE_WORDS).
 
 When the turn ends its final transcript can differ from what was sent; `StablePrefix.complete`
 keeps what was sent and adds the final transcript's words after the part that matches it, so the
@@ -20,11 +21,27 @@ from typing import Optional
 #: Words at the end of a hypothesis never sent: the audio may end inside the last one, and
 #: Whisper often rewrites the one before it once the next words are heard.
 UNSETTLED_WORDS = 2
+#: A phrase of up to this many words said three times in a row is where a hypothesis loops
+#: (greedy Whisper on a turn's first second: "Hello? Hello? Hello? ..."): no word from its third
+#: time on is sent before the turn ends, even when two hypotheses agree on the loop.
+LOOP_PHRASE_WORDS = 4
 _PUNCTUATION = re.compile(r"[^\w']+")
 
 
 def normalised(word: str) -> str:
     return _PUNCTUATION.sub("", word.lower())
+
+
+def loop_start(words: list[str]) -> int:
+    """Where the third time in a row of a phrase of at most LOOP_PHRASE_WORDS words begins in
+    `words` (compared as `normalised`); len(words) when no phrase repeats so."""
+    plain = [normalised(word) for word in words]
+    for start in range(len(plain)):
+        for size in range(1, LOOP_PHRASE_WORDS + 1):
+            phrase = plain[start : start + size]
+            if len(phrase) == size and plain[start + size : start + 3 * size] == phrase * 2:
+                return start + 2 * size
+    return len(plain)
 
 
 class StablePrefix:
@@ -45,7 +62,7 @@ class StablePrefix:
         if previous is None:
             return ""
         agreed = 0
-        limit = min(len(previous), len(current) - UNSETTLED_WORDS)
+        limit = min(len(previous), len(current) - UNSETTLED_WORDS, loop_start(current))
         while agreed < limit and normalised(previous[agreed]) == normalised(current[agreed]):
             agreed += 1
         if agreed <= len(self.sent) or not self._extends_sent(current):
