@@ -45,6 +45,52 @@ def test_the_final_transcript_is_joined_after_the_last_word_that_matches() -> No
     assert only_final.complete("Just this.") == "Just this."
 
 
+def test_where_the_final_does_not_match_the_last_word_sent_the_word_times_decide() -> None:
+    # Whisper's final dropped the sent "like" (heard as the context's end): by text nothing
+    # matches and "duplication" would be taken for it; by time it follows "like".
+    prefix = StablePrefix()
+    prefix.update("like duplication", [(0.0, 0.3), (0.4, 1.0)])
+    assert prefix.update("like duplication of", [(0.0, 0.3), (0.4, 1.0), (1.0, 1.2)]) == "like"
+    final = "duplication of effort and stuff."
+    times = [(0.4, 1.0), (1.0, 1.2), (1.2, 1.5), (1.6, 1.7), (1.7, 2.1)]
+    assert prefix.complete(final, times) == " duplication of effort and stuff."
+    # The last sent word heard differently ("the" for "it"): the final from after its time.
+    prefix = StablePrefix()
+    prefix.update("Is there much more in the net", [(0.1 * i, 0.1 * i + 0.1) for i in range(7)])
+    assert prefix.update("Is there much more in the next last", [(0.1 * i, 0.1 * i + 0.1) for i in range(8)]) == (
+        "Is there much more in the"
+    )
+    final = "Is there much more in it than he said yesterday?"
+    assert prefix.complete(final, [(0.1 * i, 0.1 * i + 0.1) for i in range(10)]) == " than he said yesterday?"
+    # A last sent word as common as "a" also matches far later in the final: the times say where.
+    heard = [(5.0, 5.2), (5.2, 5.6), (5.6, 5.8), (5.8, 6.2), (6.3, 6.5), (6.6, 7.0), (7.1, 7.3)]
+    prefix = StablePrefix()
+    prefix.update("I thought I heard a", heard[:5])
+    assert prefix.update("I thought I heard a beat this", heard) == "I thought I heard a"
+    long_final = "I thought I heard of deep this is Diane they call me a Yankee"
+    times = heard[:5] + [(6.6, 7.0), (7.1, 7.3), (7.3, 7.5), (7.5, 8.0), (8.5, 8.7), (8.7, 9.0), (9.0, 9.2)]
+    times += [(9.2, 9.3), (9.3, 9.8)]
+    assert prefix.complete(long_final, times) == " deep this is Diane they call me a Yankee"
+    # Without times, as before: the words after the match, less as many as were sent past it.
+    untimed = StablePrefix()
+    untimed.update("like duplication")
+    untimed.update("like duplication of")
+    assert untimed.complete(final) == " there much more in it than he said yesterday?"
+
+
+def test_a_hypothesis_at_a_pause_holds_no_word_back() -> None:
+    """At a pause the audio ends between words: the words it agrees on with the hypothesis
+    before all go, the last ones too; what it alone says waits for the final."""
+    prefix = StablePrefix()
+    assert prefix.update("Not really") == ""
+    assert prefix.update("Not really.", at_pause=True) == "Not really."
+    assert prefix.update("Not really. Just what", at_pause=True) == ""
+    assert prefix.update("Not really. Just what he's talking about") == " Just what"
+    other = StablePrefix()
+    other.update("Is there much more in it")
+    assert other.update("Is there much more in the next slide?", at_pause=True) == "Is there much more in"
+
+
 def test_a_phrase_said_a_third_time_in_a_row_is_not_sent_before_the_turn_ends() -> None:
     """Greedy Whisper loops on a turn's first second ("Hello? Hello? Hello? ..."), and two
     hypotheses may agree on the loop: only two times of a phrase are sent; the final adds the rest."""

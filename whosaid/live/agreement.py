@@ -9,14 +9,19 @@ from the third time a phrase repeats on are never agreed (LOOP_PHRASE_WORDS).
 
 When the turn ends its final transcript can differ from what was sent; `StablePrefix.complete`
 keeps what was sent and adds the final transcript's words after the part that matches it, so the
-deltas always join into the completed text.
+deltas always join into the completed text. Where the final does not end-match what was sent
+(Whisper heard the last sent words differently, or not at all), the words' times decide: the
+final's words from the first whose middle lies after the last sent word's end.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Optional
+from typing import Optional, Sequence
+
+#: Each word of a hypothesis's text (split on spaces): its (start, end) in seconds from the turn's start.
+WordTimes = Sequence[tuple[float, float]]
 
 #: Words at the end of a hypothesis never sent: the audio may end inside the last one, and
 #: Whisper often rewrites the one before it once the next words are heard.
@@ -25,6 +30,9 @@ UNSETTLED_WORDS = 2
 #: (greedy Whisper on a turn's first second: "Hello? Hello? Hello? ..."): no word from its third
 #: time on is sent before the turn ends, even when two hypotheses agree on the loop.
 LOOP_PHRASE_WORDS = 4
+#: How far (seconds) the end of the last word sent may be from the end of the final's word that
+#: matches it for the two to be taken as the same word.
+JOIN_TOLERANCE_S = 0.5
 _PUNCTUATION = re.compile(r"[^\w']+")
 
 
@@ -50,50 +58,74 @@ class StablePrefix:
     def __init__(self) -> None:
         self.sent: list[str] = []
         self._previous: Optional[list[str]] = None
+        self._sent_end_s: Optional[float] = None  # where the last sent word ends, when known
 
     @property
     def text(self) -> str:
         return " ".join(self.sent)
 
-    def update(self, hypothesis: str) -> str:
-        """The delta to send for a new hypothesis of the turn so far ("" when nothing new is stable)."""
+    def update(self, hypothesis: str, times: Optional[WordTimes] = None, *, at_pause: bool = False) -> str:
+        """The delta to send for a new hypothesis of the turn so far ("" when nothing new is
+        stable); `times`, when known, are its words' times. A hypothesis made `at_pause` ends
+        between words: all the words it agrees on with the one before may go."""
         current = hypothesis.split()
         previous, self._previous = self._previous, current
         if previous is None:
             return ""
         agreed = 0
-        limit = min(len(previous), len(current) - UNSETTLED_WORDS, loop_start(current))
+        unsettled = 0 if at_pause else UNSETTLED_WORDS
+        limit = min(len(previous), len(current) - unsettled, loop_start(current))
         while agreed < limit and normalised(previous[agreed]) == normalised(current[agreed]):
             agreed += 1
         if agreed <= len(self.sent) or not self._extends_sent(current):
             return ""
-        return self._send(current[len(self.sent) : agreed])
+        return self._send(current[len(self.sent) : agreed], _end_of(times, agreed, len(current)))
 
-    def complete(self, final: str) -> str:
-        """The last delta of the turn, given its final transcript: the final words after those
-        that match what was sent. Afterwards `text` is the completed transcript."""
+    def complete(self, final: str, times: Optional[WordTimes] = None) -> str:
+        """The last delta of the turn, given its final transcript (`times`: its words' times,
+        when known): the final words after those that match what was sent. Afterwards `text`
+        is the completed transcript."""
         final_words = final.split()
         if not self.sent:
-            return self._send(final_words)
+            return self._send(final_words, _end_of(times, len(final_words), len(final_words)))
         matcher = difflib.SequenceMatcher(
             a=[normalised(word) for word in self.sent], b=[normalised(word) for word in final_words], autojunk=False
         )
         blocks = [block for block in matcher.get_matching_blocks() if block.size]
-        if blocks:
-            last = max(blocks, key=lambda block: block.a + block.size)
+        last = max(blocks, key=lambda block: block.a + block.size) if blocks else None
+        sent_end_s = self._sent_end_s
+        timed = times is not None and len(times) == len(final_words) and sent_end_s is not None
+        # The last word sent found in the final (where the times agree: a word as common as "a"
+        # may also match far later): the final from the word after it.
+        after_match = last.b + last.size if last is not None and last.a + last.size == len(self.sent) else None
+        if after_match is not None and (not timed or abs(times[after_match - 1][1] - sent_end_s) <= JOIN_TOLERANCE_S):
+            start = after_match
+        elif timed:
+            middles = [(begin + end) / 2 for begin, end in times]
+            start = next((index for index, middle in enumerate(middles) if middle > sent_end_s), len(final_words))
+        elif last is not None:
             start = last.b + last.size + (len(self.sent) - last.a - last.size)
         else:
             start = len(self.sent)
-        return self._send(final_words[min(start, len(final_words)) :])
+        start = min(start, len(final_words))
+        return self._send(final_words[start:], _end_of(times, len(final_words), len(final_words)))
 
     def _extends_sent(self, words: list[str]) -> bool:
         return len(words) >= len(self.sent) and all(
             normalised(sent) == normalised(word) for sent, word in zip(self.sent, words[: len(self.sent)], strict=True)
         )
 
-    def _send(self, words: list[str]) -> str:
+    def _send(self, words: list[str], end_s: Optional[float]) -> str:
         if not words:
             return ""
         delta = (" " if self.sent else "") + " ".join(words)
         self.sent.extend(words)
+        self._sent_end_s = end_s
         return delta
+
+
+def _end_of(times: Optional[WordTimes], count: int, words: int) -> Optional[float]:
+    """The end of the `count`-th word of a hypothesis of `words` words with these `times`."""
+    if times is None or len(times) != words or count == 0:
+        return None
+    return times[count - 1][1]

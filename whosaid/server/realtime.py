@@ -19,13 +19,16 @@ with speakers.
 Two tasks share the session. The receiver reads client events, feeds the audio to the input
 buffer and its turn detection (whosaid.live.turns), and queues committed turns. The transcriber
 takes the queued turns in order and, between them, transcribes the turn being spoken again as it
-grows: the words two hypotheses agree on go out as deltas (whosaid.live.agreement). Every model
-call runs through the server's JobLimiter, so live sessions and file requests share the same
-job slots and never call the models at once. As soon as a pause begins, the turn is
-transcribed and its speakers found as if the pause ended it (a hypothesis on exactly the audio
-it would be committed with): when it does, that is the turn's final result and `completed`
-follows `speech_stopped` at once. The turn's speakers come from CAM++ embeddings clustered
-against the session's speakers so far (whosaid.live.speakers).
+grows: the words two hypotheses agree on go out as deltas (whosaid.live.agreement). These
+drafts decode the turn alone, greedy, without the retry with beams: a fraction of a final's
+cost, so they come often. Every model call runs through the server's JobLimiter, so live
+sessions and file requests share the same job slots and never call the models at once. As soon
+as a pause begins, the turn is transcribed as if the pause ended it (a hypothesis on exactly the
+audio it would be committed with, after the session's earlier speech, as a final is): the words
+it agrees on with the draft before go out at once, then its speakers are found. When the pause
+does end the turn, that is the turn's final result and `completed` follows `speech_stopped` at
+once. The turn's speakers come from CAM++ embeddings clustered against the session's speakers
+so far (whosaid.live.speakers).
 
 Backpressure: at most MAX_PENDING_TURNS committed turns wait for transcription; beyond that the
 receiver stops reading the socket until one is done, so a client sending faster than real time
@@ -470,27 +473,36 @@ class RealtimeSession:
     async def _hypothesise(self, turn: Turn, end_s: float) -> None:
         """A hypothesis of the turn up to `end_s`; its new agreed words go out as a delta. At a
         pause (`end_s` is where the pause would end the turn) it is the whole of the turn's final
-        work, speakers included, done while the client waits for the pause to be heard out."""
+        work, done while the client waits for the pause to be heard out: the transcript (the
+        audio ends between words: no word is held back as unsettled), then the speakers."""
         samples = self.buffer.samples(turn.start_s, end_s)
         turn.hypothesis_end_s = end_s
         config, version = self.inference_config, self.context_version
         at_pause = end_s == self.buffer.turn_end_if_pause_s()
         turn.pause_end_s = end_s if at_pause else None
         started = time.monotonic()
+        speakers = None
         try:
             if at_pause:
-                transcript, speakers = await self._job(lambda stop: self._final(samples, config, None, stop))
+                transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
             else:
-                transcript = await self._job(lambda stop: self._recognise(samples, config, stop, self.drafts))
-                speakers = None
+                transcript = await self._job(lambda stop: self._recognise(samples, config, stop, draft=True))
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
         self.hypothesis_cost_s = time.monotonic() - started
-        turn.hypothesis = Hypothesis(transcript, end_s, config, version, speakers, at_pause)
-        delta = turn.prefix.update(transcript.text)
+        times = word_times(transcript)
+        delta = turn.prefix.update(transcript.text, times, at_pause=at_pause)
         if delta:
             await self._delta(turn, delta)
+        if at_pause:
+            # The words go out first; the speakers, the rest of the turn's final work, after.
+            try:
+                speakers = await self._job(lambda stop: self._speakers(samples, transcript, config, stop))
+            except (WhosaidError, ApiError) as error:
+                logger.info("the speakers of a live turn's hypothesis failed: %s", _message(error))
+                return
+        turn.hypothesis = Hypothesis(transcript, end_s, config, version, speakers, at_pause)
 
     async def _finish(self, turn: Turn) -> None:
         assert turn.samples is not None and turn.end_s is not None
@@ -515,7 +527,7 @@ class RealtimeSession:
             )
             return
         self._remember_audio(samples)
-        delta = turn.prefix.complete(transcript.text)
+        delta = turn.prefix.complete(transcript.text, word_times(transcript))
         if delta:
             await self._delta(turn, delta)
         if self.context is not None and self.speakers is not None and turn_speakers is not None:
@@ -541,15 +553,20 @@ class RealtimeSession:
         )
 
     def _recognise(
-        self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal, engine: Optional[Engine] = None
+        self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal, *, draft: bool = False
     ) -> Transcript:
         """The turn's transcript, decoded after up to ASR_CONTEXT_S of the session's earlier
         speech (as a file's window holds the sentence before): a turn cut at a pause in
         mid-sentence is heard as the sentence's continuation. Only the words that lie in the turn
-        (their middle after its start) are kept, with times from the turn's start."""
+        (their middle after its start) are kept, with times from the turn's start. Where none
+        does (Whisper took a short turn for the end of the sentence before, or skipped it), the
+        turn is decoded again on its own. A `draft` (a hypothesis before a pause) is decoded on
+        its own, greedy: a fraction of the cost, and a later hypothesis replaces it."""
+        if draft:
+            return self.drafts.transcribe(Audio(samples), config, should_stop=stop)
         context = self.recent_audio
         offset_s = context.size / RATE
-        heard = (engine or self.asr).transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
+        heard = self.asr.transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
         if not offset_s:
             return heard
         chunks = []
@@ -562,6 +579,8 @@ class RealtimeSession:
             if words:
                 text = "".join(word.text for word in words)
                 chunks.append(replace(chunk, start_s=words[0].start_s, end_s=words[-1].end_s, text=text, words=words))
+        if not chunks:
+            return self.asr.transcribe(Audio(samples), config, should_stop=stop)
         return replace(heard, chunks=tuple(chunks), text="".join(chunk.text for chunk in chunks).strip())
 
     def _remember_audio(self, samples: np.ndarray) -> None:
@@ -574,11 +593,19 @@ class RealtimeSession:
         """A committed turn's transcript (the last hypothesis when it covered the whole turn)
         and who spoke which part of it."""
         transcript = reused if reused is not None else self._recognise(samples, config, stop)
+        stop.check()
+        return transcript, self._speakers(samples, transcript, config, stop)
+
+    def _speakers(
+        self, samples: np.ndarray, transcript: Transcript, config: InferenceConfig, stop: StopSignal
+    ) -> Optional[TurnSpeakers]:
+        """Who spoke which part of a turn with this transcript (None without the built-in
+        diarizer, or without words)."""
         if self.context is None or not transcript.text:
-            return transcript, None
+            return None
         stop.check()
         with as_core_errors("speaker diarization"):
-            return transcript, self.context.diarize(samples, transcript.chunks, config.speaker_hints())
+            return self.context.diarize(samples, transcript.chunks, config.speaker_hints())
 
     async def _job(self, job: Callable[[StopSignal], T]) -> T:
         async def is_disconnected() -> bool:
@@ -616,6 +643,15 @@ class RealtimeSession:
                 "event_id": event_id,
             },
         )
+
+
+def word_times(transcript: Transcript) -> Optional[list[tuple[float, float]]]:
+    """Each word of the transcript's text (split on spaces) with its (start, end) in seconds;
+    None where its timed words do not split into the same words."""
+    times = [
+        (word.start_s, word.end_s) for chunk in transcript.chunks for word in chunk.words for _ in word.text.split()
+    ]
+    return times if len(times) == len(transcript.text.split()) else None
 
 
 def _ms(time_s: float) -> int:
