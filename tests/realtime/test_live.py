@@ -143,6 +143,31 @@ def test_server_vad_finds_one_turn_with_its_padding_and_tail(vad, sample_audio) 
     assert start_s <= started.time_s and taken.size == pytest.approx((stopped.turn_end_s - start_s) * RATE, abs=1)
 
 
+def test_turns_do_not_depend_on_when_the_turns_before_were_committed(vad, sample_audio) -> None:
+    """The session commits a turn a little before or after where the VAD last placed its end
+    (where its pause hypothesis ended), as fast as it transcribes: the turns that follow are
+    cut at the same times either way. pyannote's sample, 6-20 s: turns with short pauses."""
+    samples = speech_then_silence(sample_audio, 6.0, 20.0)
+
+    def turns(commit_shift_s: float) -> list[tuple[str, float]]:
+        buffer, events = InputBuffer(vad, TurnDetection()), []
+        for start in range(0, samples.size, 800):
+            for event in buffer.append(samples[start : start + 800]):
+                events.append((event.kind, round(event.time_s, 3)))
+                if event.kind == "speech_stopped":
+                    buffer.take(event.turn_end_s + commit_shift_s)
+        return events
+
+    on_time = turns(0.0)
+    assert len(on_time) >= 4
+    for shifted in (turns(-0.08), turns(0.08)):
+        # The same turns, stopped at the same times; one starting right after the commit starts
+        # there (no earlier than the commit, so no later than 0.08 s off).
+        assert [kind for kind, _ in shifted] == [kind for kind, _ in on_time]
+        for (kind, time_s), (_, on_time_s) in zip(shifted, on_time, strict=True):
+            assert time_s == on_time_s if kind == "speech_stopped" else abs(time_s - on_time_s) <= 0.08 + 1e-9
+
+
 def test_silence_keeps_only_what_a_turn_would_take_as_its_prefix(vad) -> None:
     buffer = InputBuffer(vad, TurnDetection())
     assert feed(buffer, np.zeros(20 * RATE, np.float32)) == []

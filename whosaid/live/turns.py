@@ -2,9 +2,13 @@
 
 Audio arrives in small pieces. Every `VAD_STEP_S` of new audio, Silero VAD (the project's
 VoiceActivityDetector) looks at the last few seconds only, so the cost per step stays the same
-however long the session: a turn starts where speech of at least `min_speech_ms` begins (minus
-`prefix_padding_ms`, kept for soft onsets) and stops once `silence_duration_ms` of silence
-follows its last speech. Without turn detection the client commits the buffer itself.
+however long the session. Those seconds are the newest audio received, committed or not: what
+the VAD sees at a time depends on the audio alone, not on when the turns before were committed
+(which depends on how fast the server transcribes them), so a recording is cut into the same
+turns on a fast or a slow machine. Only speech after the committed audio counts. A turn starts
+where speech of at least `min_speech_ms` begins (minus `prefix_padding_ms`, kept for soft
+onsets) and stops once `silence_duration_ms` of silence follows its last speech. Without turn
+detection the client commits the buffer itself.
 
 Times are on the session's clock: seconds of audio received since the session began.
 """
@@ -25,6 +29,9 @@ VAD_STEP_S = 0.1
 #: Audio the VAD sees before the newest sample, beyond the silence it waits for: enough for
 #: Silero's state to settle and to find a speech region's start.
 VAD_CONTEXT_S = 1.5
+#: The newest audio kept for the VAD, committed or not: the longest silence_duration_ms a session
+#: may ask for (10 s), and VAD_CONTEXT_S.
+HEARD_S = 10.0 + VAD_CONTEXT_S
 #: Kept after a turn's last speech: word endings are soft.
 TURN_TAIL_S = 0.2
 #: A turn longer than this (one Whisper window) is cut where it has reached, speech or not.
@@ -65,6 +72,7 @@ class InputBuffer:
         self.speech_start_s: Optional[float] = None  # the current turn's start, while speech goes on
         self._last_speech_end_s = 0.0
         self._checked_s = 0.0
+        self._heard = np.zeros(0, np.float32)  # the newest audio received, up to HEARD_S
 
     @property
     def end_s(self) -> float:
@@ -82,6 +90,7 @@ class InputBuffer:
 
     def append(self, samples: np.ndarray) -> list[BufferEvent]:
         self._samples = np.concatenate([self._samples, samples])
+        self._heard = np.concatenate([self._heard, samples])[-int(HEARD_S * RATE) :]
         if self.detection is None or self.end_s - self._checked_s < VAD_STEP_S:
             return []
         self._checked_s = self.end_s
@@ -107,12 +116,12 @@ class InputBuffer:
 
     def _detect(self, detection: TurnDetection) -> list[BufferEvent]:
         silence_s = detection.silence_duration_ms / 1000
-        window_start_s = max(self.start_s, self.end_s - silence_s - VAD_CONTEXT_S)
-        if self.speech_start_s is not None:
-            window_start_s = max(window_start_s, self.speech_start_s)
+        window = self._heard[-int(round((silence_s + VAD_CONTEXT_S) * RATE)) :]
+        window_start_s = self.end_s - window.size / RATE
         regions = [
-            (window_start_s + start_s, window_start_s + end_s)
-            for start_s, end_s in self.vad.speech_regions(self.samples(window_start_s), options=detection.vad_options())
+            (max(window_start_s + start_s, self.start_s), window_start_s + end_s)
+            for start_s, end_s in self.vad.speech_regions(window, options=detection.vad_options())
+            if window_start_s + end_s > self.start_s  # speech of a committed turn is that turn's
         ]
         events: list[BufferEvent] = []
         if self.speech_start_s is None:
