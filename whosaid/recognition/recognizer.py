@@ -518,13 +518,7 @@ class SpeechRecognizer:
                 decoded = [
                     result
                     for part in _parts(rows, self.decoder_rows(states))
-                    for result in self.decoder.decode(
-                        states[part],
-                        prompt,
-                        options,
-                        is_repeating=self._is_repeating,
-                        max_new_tokens=batch.max_new_tokens,
-                    )
+                    for result in self._decode_greedy(batch, states[part], prompt)
                 ]
             else:
                 drafts = self.generate_tokens(
@@ -547,6 +541,12 @@ class SpeechRecognizer:
             WindowDecoding(row, window, language, result, result.tokens)
             for row, (window, language, result) in enumerate(zip(windows, languages, results, strict=True))
         ]
+
+    def _decode_greedy(self, batch: EncodedBatch, states: Any, prompt: Sequence[int]) -> list[WindowTokens]:
+        """The lean loop on some of a batch's windows (`states`), under its options and cap."""
+        return self.decoder.decode(
+            states, prompt, batch.options, is_repeating=self._is_repeating, max_new_tokens=batch.max_new_tokens
+        )
 
     def _retry_with_beams(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
         """Stage 'retry with beams': a window whose greedy tokens fail Whisper's checks (and is
