@@ -258,6 +258,9 @@ class GreedyWhisperDecoder:
         prompt_ids = torch.tensor(
             [list(prompt)] * encoder_states.shape[0], dtype=torch.long, device=encoder_states.device
         )
+        limit = self.max_new_tokens(prompt)
+        if max_new_tokens is not None:
+            limit = min(limit, max_new_tokens)
         step = self.step
         step.start(encoder_states)
         try:
@@ -267,7 +270,7 @@ class GreedyWhisperDecoder:
                 start_of_transcript,
                 self.rules(prompt_ids.shape[1], prompt_ids.device, options),
                 is_repeating,
-                max_new_tokens=min(self.max_new_tokens(prompt), max_new_tokens or self.max_new_tokens(prompt)),
+                max_new_tokens=limit,
                 room=self.positions_room(prompt),
             )
         finally:

@@ -101,7 +101,6 @@ class SpeechRecognizer:
         assisted_max_duration_s: float = 0.0,
         window_pause_s: Optional[float] = None,
         encoder_margin_s: Optional[float] = None,
-        max_tokens_per_s: Optional[float] = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -117,8 +116,8 @@ class SpeechRecognizer:
         # padding after it (`trimmed`).
         self.encoder_margin_s = encoder_margin_s
         # None: a window may decode as many tokens as the model's positions allow; else at most
-        # this many per second of its audio (plus TRIMMED_TOKENS_BASE).
-        self.max_tokens_per_s = max_tokens_per_s
+        # this many per second of its audio (plus TRIMMED_TOKENS_BASE; `trimmed`).
+        self.max_tokens_per_s: Optional[float] = None
         # False: a window failing Whisper's checks is left out, not decoded again with beams.
         self.retry_with_beams = True
         self.decoder = GreedyWhisperDecoder(model, fallback)
@@ -559,9 +558,6 @@ class SpeechRecognizer:
         if not self.retry_with_beams:
             return dataclasses.replace(window, tokens=())
         row = window.row
-        prompt = self.decoder.prompt(
-            window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
-        )
         (tokens,) = self.generate_tokens(
             batch.features[row : row + 1],
             batch.encoder_states[row : row + 1],
@@ -570,16 +566,14 @@ class SpeechRecognizer:
             batch.previous,
             options=batch.options,
             num_beams=self.fallback.num_beams,
-            **self._capped(prompt, batch.max_new_tokens),
+            **self._capped(self._window_prompt(batch, window), batch.max_new_tokens),
         )
         return dataclasses.replace(window, tokens=tuple(tokens))
 
     def _cut_loop(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
         """Stage 'cut loops': a window whose tokens still fill the room the model's positions
         leave (a loop, beam search included) is cut after its last good segment, with a warning."""
-        prompt = self.decoder.prompt(
-            window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
-        )
+        prompt = self._window_prompt(batch, window)
         room, limit = self.decoder.positions_room(prompt), self.decoder.max_target_positions
         if batch.max_new_tokens is not None and batch.max_new_tokens < room:
             room = limit = batch.max_new_tokens
@@ -587,6 +581,12 @@ class SpeechRecognizer:
             return window
         kept = complete_segments(window.tokens, self.decoder.timestamp_begin, self._is_repeating)
         return dataclasses.replace(window, tokens=tuple(kept), warning=self._loop_warning(window.window, kept, limit))
+
+    def _window_prompt(self, batch: EncodedBatch, window: WindowDecoding) -> list[int]:
+        """The tokens a window of the batch was decoded from."""
+        return self.decoder.prompt(
+            window.language, batch.options.task, batch.previous, timestamps=batch.options.timestamps
+        )
 
     def _capped(self, prompt: Sequence[int], cap: Optional[int]) -> dict[str, int]:
         """`generate_tokens`' max_new_tokens under a batch's cap (nothing: its default)."""
