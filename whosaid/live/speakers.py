@@ -31,8 +31,9 @@ from whosaid.speakers.known import KnownVoice, SpeakerIdentifier
 from whosaid.speakers.protocols import Diarizer
 
 RATE = WHISPER_SAMPLE_RATE_HZ
-#: Earlier speech diarized with each turn (one segmentation chunk of the built-in diarizer).
-CONTEXT_S = 10.0
+#: Earlier speech diarized with each turn: with a turn of a few seconds, one segmentation chunk
+#: of the built-in diarizer (10 s).
+CONTEXT_S = 5.0
 #: Shared speech that makes a speaker of the turn's diarization a speaker already known.
 MIN_CONTEXT_OVERLAP_S = 0.25
 #: The label of a turn the diarizer found no speaker in (too short): all of it is one speaker's.
@@ -156,13 +157,14 @@ class SpeakerContext:
         offset_s = sum(piece.size for piece in context) / RATE
         joined = Audio(np.concatenate([*context, samples]).astype(np.float32))
         diarization = self.diarizer.diarize(joined, hints)
-        embeddings = self.identifier.speaker_embeddings(joined, diarization)
         known = self._known_speakers(diarization)
         own = tuple(
             SpeakerTurn(max(turn.start_s, offset_s) - offset_s, turn.end_s - offset_s, turn.speaker)
             for turn in diarization.exclusive_turns
             if turn.end_s > offset_s
         )
+        # Only the voices of the turn's own speakers are used (TurnSpeakers.labels).
+        embeddings = self.identifier.speaker_embeddings(joined, diarization, {turn.speaker for turn in own})
         if not own:  # too short for the diarizer: one speaker, its voice from the whole turn
             own = (SpeakerTurn(0.0, samples.size / RATE, WHOLE_TURN),)
             whole = self.identifier.embed_samples(samples)

@@ -17,7 +17,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -142,13 +142,17 @@ class SpeakerIdentifier:
             vectors.setdefault(name, []).append(self.embed_reference(name, audio))
         return tuple(mean_voice(name, clips) for name, clips in vectors.items())
 
-    def speaker_embeddings(self, audio: Audio, diarization: Diarization) -> dict[str, np.ndarray]:
-        """Each diarized speaker's unit-length embedding from its clean speech (its exclusive
-        turns minus where another speaker's turn overlaps); failing that, all its exclusive
-        speech, then its overlapped turns; speakers too brief to embed are left out."""
+    def speaker_embeddings(
+        self, audio: Audio, diarization: Diarization, speakers: Optional[Collection[str]] = None
+    ) -> dict[str, np.ndarray]:
+        """Each diarized speaker's (or each of `speakers`') unit-length embedding from its clean
+        speech (its exclusive turns minus where another speaker's turn overlaps); failing that,
+        all its exclusive speech, then its overlapped turns; speakers too brief to embed are left out."""
         rate = audio.sample_rate_hz
         result: dict[str, np.ndarray] = {}
         for speaker in sorted({turn.speaker for turn in diarization.turns}):
+            if speakers is not None and speaker not in speakers:
+                continue
             own = [(t.start_s, t.end_s) for t in diarization.exclusive_turns if t.speaker == speaker]
             others = [(t.start_s, t.end_s) for t in diarization.turns if t.speaker != speaker]
             # A speaker heard only over someone else has no exclusive turn: its overlapped turns.
