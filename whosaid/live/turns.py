@@ -149,6 +149,13 @@ class InputBuffer:
             return None
         return self._last_speech_end_s + TURN_TAIL_S
 
+    def paused_at(self, turn_end_s: float, tolerance_s: float) -> bool:
+        """Whether the speech is still paused at the pause that would end the turn at
+        `turn_end_s` (an earlier `turn_end_if_pause_s`, give or take `tolerance_s`: the VAD may
+        move a region's end by a few frames), i.e. no speech followed it so far."""
+        pause_end_s = self.turn_end_if_pause_s()
+        return pause_end_s is not None and abs(pause_end_s - turn_end_s) <= tolerance_s
+
     @property
     def last_speech_end_s(self) -> float:
         return self._last_speech_end_s

@@ -25,9 +25,9 @@ cost, so they come often. Every model call runs through the server's JobLimiter,
 sessions and file requests share the same job slots and never call the models at once. As soon
 as a pause begins, the turn is transcribed as if the pause ended it (a hypothesis on exactly the
 audio it would be committed with, after the session's earlier speech, as a final is): the words
-it agrees on with the draft before go out at once, then its speakers are found. When the pause
-does end the turn, that is the turn's final result and `completed` follows `speech_stopped` at
-once. The turn's speakers come from CAM++ embeddings clustered against the session's speakers
+it agrees on with the draft before go out at once, then, unless the speech has gone on by then,
+its speakers are found. When the pause does end the turn, that is the turn's final result and
+`completed` follows `speech_stopped` at once. The turn's speakers come from CAM++ embeddings clustered against the session's speakers
 so far (whosaid.live.speakers).
 
 Backpressure: at most MAX_PENDING_TURNS committed turns wait for transcription; beyond that the
@@ -82,10 +82,12 @@ ASR_CONTEXT_S = 5.0
 ENCODER_MARGIN_S = 3.0
 #: How long a session that ended waits for its running job to stop before abandoning it.
 STOP_WAIT_S = 30.0
-#: How far the VAD's view of where a turn's speech ends may move (a few frames) between the
-#: hypothesis made when its pause began and the pause being heard out: the turn is committed
-#: where that hypothesis ended, so that it is the turn's final result.
-PAUSE_END_TOLERANCE_S = 0.1
+#: How far the VAD's view of where a turn's speech ends may move between the hypothesis made
+#: when its pause began and the pause being heard out (Silero moves a region's end by up to a few
+#: frames as more silence follows it): the turn is committed where that hypothesis ended (when
+#: its speech ends before), so that it is the turn's final result. Less than a resumed speech
+#: region moves it (at least its 250 ms).
+PAUSE_END_TOLERANCE_S = 0.25
 #: OpenAI refuses to commit less audio than this (input_audio_buffer_commit_empty).
 MIN_COMMIT_S = 0.1
 #: Longest buffer without turn detection (the client commits it); past this appends are refused.
@@ -126,7 +128,8 @@ class Turn:
 class Hypothesis:
     """A transcript of a turn being spoken, up to `end_s`, with what it was decoded with; taken
     as the turn's final result when the turn is committed at `end_s` with the same settings
-    and session context. A hypothesis made at a pause also has the turn's speakers."""
+    and session context. A hypothesis made at a pause also has the turn's speakers, unless the
+    speech went on before they were found."""
 
     transcript: Transcript
     end_s: float
@@ -491,12 +494,12 @@ class RealtimeSession:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
         self.hypothesis_cost_s = time.monotonic() - started
-        times = word_times(transcript)
-        delta = turn.prefix.update(transcript.text, times, at_pause=at_pause)
+        delta = turn.prefix.update(transcript.text, word_times(transcript), at_pause=at_pause)
         if delta:
             await self._delta(turn, delta)
-        if at_pause:
-            # The words go out first; the speakers, the rest of the turn's final work, after.
+        if at_pause and not self._speech_went_on(turn, end_s):
+            # The words go out first; the speakers, the rest of the turn's final work, after
+            # (not when the speech went on after the pause: the turn does not end there).
             try:
                 speakers = await self._job(lambda stop: self._speakers(samples, transcript, config, stop))
             except (WhosaidError, ApiError) as error:
@@ -504,13 +507,19 @@ class RealtimeSession:
                 return
         turn.hypothesis = Hypothesis(transcript, end_s, config, version, speakers, at_pause)
 
+    def _speech_went_on(self, turn: Turn, end_s: float) -> bool:
+        """Whether speech went on after a pause at which the turn would have ended at `end_s`."""
+        if self.live_turn is not turn:  # committed since
+            return turn.end_s != end_s
+        return not self.buffer.paused_at(end_s, PAUSE_END_TOLERANCE_S)
+
     async def _finish(self, turn: Turn) -> None:
         assert turn.samples is not None and turn.end_s is not None
         samples, config = turn.samples, self.inference_config
         hypothesis = turn.hypothesis
         try:
             if hypothesis is not None and hypothesis.final_for(turn, config, self.context_version):
-                if hypothesis.at_pause:
+                if hypothesis.at_pause and hypothesis.speakers is not None:
                     transcript, turn_speakers = hypothesis.transcript, hypothesis.speakers
                 else:
                     reused = hypothesis.transcript
