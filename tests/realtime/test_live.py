@@ -91,6 +91,18 @@ def test_a_hypothesis_at_a_pause_holds_no_word_back() -> None:
     assert other.update("Is there much more in the next slide?", at_pause=True) == "Is there much more in"
 
 
+def test_a_draft_without_words_changes_nothing() -> None:
+    """A greedy draft whose window failed Whisper's checks has no words: the next hypothesis
+    agrees with the one before it (not with nothing, which would hold every word back a step)."""
+    prefix = StablePrefix()
+    assert prefix.update("Okay, does anyone") == ""
+    assert prefix.update("") == ""
+    assert prefix.update("Okay, does anyone want to see") == "Okay, does anyone"
+    # At a pause an empty hypothesis is the turn's answer so far: it does count.
+    assert prefix.update("", at_pause=True) == ""
+    assert prefix.update("Okay, does anyone want to see Steve's") == ""
+
+
 def test_a_phrase_said_a_third_time_in_a_row_is_not_sent_before_the_turn_ends() -> None:
     """Greedy Whisper loops on a turn's first second ("Hello? Hello? Hello? ..."), and two
     hypotheses may agree on the loop: only two times of a phrase are sent; the final adds the rest."""
@@ -166,6 +178,25 @@ def test_turns_do_not_depend_on_when_the_turns_before_were_committed(vad, sample
         assert [kind for kind, _ in shifted] == [kind for kind, _ in on_time]
         for (kind, time_s), (_, on_time_s) in zip(shifted, on_time, strict=True):
             assert time_s == on_time_s if kind == "speech_stopped" else abs(time_s - on_time_s) <= 0.08 + 1e-9
+
+
+def test_a_pause_the_speech_went_on_after_is_no_longer_paused(vad, sample_audio) -> None:
+    """The session finds a turn's speakers at a pause only while the speech is still paused
+    there. pyannote's sample, 6-20 s, with a silence long enough that its short pauses end no turn."""
+    samples = speech_then_silence(sample_audio, 6.0, 20.0)
+    buffer = InputBuffer(vad, TurnDetection(silence_duration_ms=2000))
+    pause_end_s, went_on = None, []
+    for start in range(0, samples.size, 800):
+        buffer.append(samples[start : start + 800])
+        if pause_end_s is not None and buffer.last_speech_end_s > pause_end_s:  # speaking again
+            went_on.append(buffer.paused_at(pause_end_s, 0.1))
+            pause_end_s = None
+        if pause_end_s is None:
+            pause_end_s = buffer.turn_end_if_pause_s()
+            assert pause_end_s is None or buffer.paused_at(pause_end_s, 0.1)
+    assert len(went_on) >= 2 and not any(went_on)
+    # The recording's last pause lasts: still paused where it began.
+    assert pause_end_s is not None and buffer.paused_at(pause_end_s, 0.1)
 
 
 def test_silence_keeps_only_what_a_turn_would_take_as_its_prefix(vad) -> None:

@@ -67,8 +67,13 @@ class StablePrefix:
     def update(self, hypothesis: str, times: Optional[WordTimes] = None, *, at_pause: bool = False) -> str:
         """The delta to send for a new hypothesis of the turn so far ("" when nothing new is
         stable); `times`, when known, are its words' times. A hypothesis made `at_pause` ends
-        between words: all the words it agrees on with the one before may go."""
+        between words: all the words it agrees on with the one before may go. An empty one
+        made before a pause is no hypothesis: it changes nothing."""
         current = hypothesis.split()
+        if not current and not at_pause:
+            # A draft without words (its window failed Whisper's checks): the next hypothesis
+            # is compared with the one before it, not with nothing.
+            return ""
         previous, self._previous = self._previous, current
         if previous is None:
             return ""
