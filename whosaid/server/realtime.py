@@ -27,8 +27,8 @@ as a pause begins, the turn is transcribed as if the pause ended it (a hypothesi
 audio it would be committed with, after the session's earlier speech, as a final is): the words
 it agrees on with the draft before go out at once, then, unless the speech has gone on by then,
 its speakers are found. When the pause does end the turn, that is the turn's final result and
-`completed` follows `speech_stopped` at once. The turn's speakers come from CAM++ embeddings clustered against the session's speakers
-so far (whosaid.live.speakers).
+`completed` follows `speech_stopped` at once. The turn's speakers come from CAM++ embeddings
+clustered against the session's speakers so far (whosaid.live.speakers).
 
 Backpressure: at most MAX_PENDING_TURNS committed turns wait for transcription; beyond that the
 receiver stops reading the socket until one is done, so a client sending faster than real time
