@@ -91,6 +91,32 @@ def test_a_hypothesis_at_a_pause_holds_no_word_back() -> None:
     assert other.update("Is there much more in the next slide?", at_pause=True) == "Is there much more in"
 
 
+def test_a_hypothesis_that_rewrites_a_sent_word_still_extends_the_text_by_its_times() -> None:
+    """A long turn: once Whisper hears an early word differently ("need" then "needed"), no
+    hypothesis starts with the words sent any more; the words after the last one sent (by their
+    times) are compared instead, so the captions keep growing."""
+
+    def timed(text: str) -> tuple[str, list[tuple[float, float]]]:
+        return text, [(0.4 * index, 0.4 * index + 0.3) for index in range(len(text.split()))]
+
+    prefix = StablePrefix()
+    assert prefix.update(*timed("I need to design. Okay, I")) == ""
+    assert prefix.update(*timed("I need to design. Okay, I thought")) == "I need to design. Okay,"
+    assert prefix.update(*timed("I needed to design. Okay, I thought, you know")) == " I thought,"
+    assert prefix.update(*timed("I needed to design. Okay, I thought, you know I heard")) == " you know"
+    # Without times such a hypothesis cannot be placed: nothing is sent, nothing is lost.
+    assert prefix.update("I needed to design. Okay, I thought, you know I heard of the") == ""
+    # Nor where the word before the first unsent one is not the last word sent (the times are
+    # a word late): two such hypotheses agree on "know I heard", which would send "know" twice.
+    for text in (
+        "I needed to design. Okay, I thought, you know I heard of the",
+        "I needed to design. Okay, I thought, you know I heard of the this is Diane",
+    ):
+        words, times = timed(text)
+        assert prefix.update(words, [(start + 0.4, end + 0.4) for start, end in times]) == ""
+    assert prefix.text == "I need to design. Okay, I thought, you know"
+
+
 def test_a_draft_without_words_changes_nothing() -> None:
     """A greedy draft whose window failed Whisper's checks has no words: the next hypothesis
     agrees with the one before it (not with nothing, which would hold every word back a step)."""

@@ -74,17 +74,38 @@ class StablePrefix:
             # A draft without words (its window failed Whisper's checks): the next hypothesis
             # is compared with the one before it, not with nothing.
             return ""
-        previous, self._previous = self._previous, current
-        if previous is None:
+        rest = self._unsent(current, times)
+        previous, self._previous = self._previous, rest
+        if previous is None or rest is None:
             return ""
-        agreed = 0
         unsettled = 0 if at_pause else UNSETTLED_WORDS
-        limit = min(len(previous), len(current) - unsettled, loop_start(current))
-        while agreed < limit and normalised(previous[agreed]) == normalised(current[agreed]):
+        skipped = len(current) - len(rest)
+        limit = min(len(previous), len(rest) - unsettled, loop_start(current) - skipped)
+        agreed = 0
+        while agreed < limit and normalised(previous[agreed]) == normalised(rest[agreed]):
             agreed += 1
-        if agreed <= len(self.sent) or not self._extends_sent(current):
+        if agreed == 0:
             return ""
-        return self._send(current[len(self.sent) : agreed], _end_of(times, agreed, len(current)))
+        self._previous = rest[agreed:]
+        return self._send(rest[:agreed], _end_of(times, skipped + agreed, len(current)))
+
+    def _unsent(self, words: list[str], times: Optional[WordTimes]) -> Optional[list[str]]:
+        """The words of a hypothesis after those sent: after the sent words where it starts with
+        them; else (Whisper rewrote a word sent earlier, e.g. "need" as "needed") the words whose
+        middle lies after the last sent word's end, when the times are known. None where it
+        cannot be placed."""
+        if self._extends_sent(words):
+            return words[len(self.sent) :]
+        if times is None or len(times) != len(words) or self._sent_end_s is None:
+            return None
+        start = next(
+            (index for index, (begin, end) in enumerate(times) if (begin + end) / 2 > self._sent_end_s), len(words)
+        )
+        if start and normalised(words[start - 1]) != normalised(self.sent[-1]) and start < len(words):
+            # Placed by time alone: the word before must be the last one sent, or the boundary is
+            # unsure (a word lost or sent twice); wait for a hypothesis that places it.
+            return None
+        return words[start:]
 
     def complete(self, final: str, times: Optional[WordTimes] = None) -> str:
         """The last delta of the turn, given its final transcript (`times`: its words' times,
