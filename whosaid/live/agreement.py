@@ -2,10 +2,13 @@
 successive hypotheses (LocalAgreement-2, as in whisper_streaming).
 
 The turn's audio so far is transcribed again and again as it grows. A word is sent once two
-hypotheses in a row agree on it and on every word before it, and once it is not among the last
-UNSETTLED_WORDS of the newest hypothesis (the audio may end inside them). Words are compared without case and
-punctuation ("Hello," then "hello."), the newest hypothesis's spelling is the one sent. Words
-from the third time a phrase repeats on are never agreed (LOOP_PHRASE_WORDS).
+hypotheses in a row agree on it and on every unsent word before it, and once it is not among
+the last UNSETTLED_WORDS of the newest hypothesis (the audio may end inside them). A hypothesis's
+unsent words are those after the words sent where it starts with them; where it does not
+(Whisper heard an earlier word differently once more audio came), those whose middle lies after
+the last sent word's end, by the words' times. Words are compared without case and punctuation
+("Hello," then "hello."), the newest hypothesis's spelling is the one sent. Words from the third
+time a phrase repeats on are never agreed (LOOP_PHRASE_WORDS).
 
 When the turn ends its final transcript can differ from what was sent; `StablePrefix.complete`
 keeps what was sent and adds the final transcript's words after the part that matches it, so the
