@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--model", default="models/whisper-base")
     parser.add_argument("--sessions", default="1,2,4", help="comma-separated session counts")
     parser.add_argument("--repeats", type=int, default=1, help="runs per row, their turns pooled")
-    parser.add_argument("--output", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--output", type=Path, help="write the rows, with every turn's latencies, as JSON here")
     args = parser.parse_args()
     counts = [int(count) for count in args.sessions.split(",")]
     pcms = [read_pcm(path) for path in RECORDINGS]
@@ -128,7 +128,8 @@ def main() -> None:
                 "worst_lag_s": max(result["lag_s"] for result in results),
                 "worst_real_time_factor": max(result["real_time_factor"] for result in results),
             }
-            rows.append(row)
+            # The file keeps every turn's latencies too, so that runs can be pooled afterwards.
+            rows.append({**row, "completed_s": completed, "first_delta_s": first})
             print(
                 json.dumps({key: round(value, 2) if isinstance(value, float) else value for key, value in row.items()}),
                 flush=True,
