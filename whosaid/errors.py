@@ -63,8 +63,9 @@ class OutOfMemoryError(InferenceError):
 
 
 class JobStoppedError(WhosaidError):
-    """The job was stopped between two window batches before it finished (see
-    whosaid.runtime.cancellation.StopSignal). The subclass says why; none is the client's input fault."""
+    """The job was stopped before it finished, between two window batches or, in the lean
+    decoding loop, between two tokens (see whosaid.runtime.cancellation.StopSignal). The
+    subclass says why; none is the client's input fault."""
 
     code = "job_stopped"
 
@@ -79,6 +80,13 @@ class ClientGoneError(JobStoppedError):
     """The client closed the connection, so nobody would read the result."""
 
     code = "client_closed_request"
+
+
+class SupersededError(JobStoppedError):
+    """A newer job replaces this one's result: a live draft stopped when its turn
+    is committed (its final is due at once)."""
+
+    code = "superseded"
 
 
 class ShuttingDownError(JobStoppedError):

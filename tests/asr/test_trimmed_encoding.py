@@ -56,3 +56,32 @@ def test_a_trimmed_recognizer_hears_the_sentence_with_its_word_times(recognizer,
     words = [word for chunk in transcript.chunks for word in chunk.words]
     assert all(0 <= word.start_s <= word.end_s <= audio.duration_s for word in words)
     assert [word.start_s for word in words] == sorted(word.start_s for word in words)
+
+
+def test_a_draft_stops_at_its_next_token_once_its_job_is_stopped(recognizer, sample_audio) -> None:
+    """A live draft is stopped when its turn pauses: the lean loop checks the job's stop signal
+    at every token, not only between window batches (this audio is one batch)."""
+    from whosaid.engine import Engine
+    from whosaid.errors import SupersededError
+    from whosaid.runtime.cancellation import StopSignal
+
+    class StopAfter(StopSignal):
+        def __init__(self, checks: int) -> None:
+            super().__init__()
+            self.allowed, self.checks = checks, 0
+
+        def check(self) -> None:
+            self.checks += 1
+            if self.checks > self.allowed:
+                self.cancel(SupersededError("a newer hypothesis replaces this draft"))
+            super().check()
+
+    audio = cut(sample_audio, 6.0, 14.2)
+    drafts = Engine(recognizer.trimmed(3.0, retry_with_beams=False), None)
+    whole = StopAfter(10**6)
+    assert "diane in new jersey" in drafts.transcribe(audio, config(language="en"), should_stop=whole).text.lower()
+    assert whole.checks > 20  # a batch, then every token of "... this is Diane in New Jersey ..."
+    stopped = StopAfter(8)
+    with pytest.raises(SupersededError, match="replaces this draft"):
+        drafts.transcribe(audio, config(language="en"), should_stop=stopped)
+    assert stopped.checks == 9

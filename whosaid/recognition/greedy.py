@@ -28,6 +28,7 @@ from whosaid.config import WHISPER_FRAMES_PER_S
 from whosaid.recognition.kernels.decoder_step import WhisperDecoderStep
 from whosaid.recognition.logits_rules import DecodingOptions, WhisperLogitsRules
 from whosaid.recognition.segments import DecodedSegment
+from whosaid.runtime.cancellation import StopSignal
 
 WHISPER_TIME_PRECISION_S = 1 / WHISPER_FRAMES_PER_S  # one timestamp token: <|0.00|>, <|0.02|>, ...
 
@@ -246,12 +247,14 @@ class GreedyWhisperDecoder:
         *,
         is_repeating: Optional[Callable[[list[int]], bool]] = None,
         max_new_tokens: Optional[int] = None,
+        should_stop: Optional[StopSignal] = None,
     ) -> list[WindowTokens]:
         """Decode every window of `encoder_states` (batch, frames, width) from `prompt` under
         the rules of `options` (None: the model's own, `DecodingOptions.for_model`), at most
         `max_new_tokens` tokens each (None, or more than the model allows: `max_new_tokens(prompt)`).
         `is_repeating(tokens)`, when given, is asked every `fallback.repetition_check_every`
-        tokens and stops a row that it says loops (that row's result has gave_up=True)."""
+        tokens and stops a row that it says loops (that row's result has gave_up=True);
+        `should_stop`, checked at every token, stops the job mid-window (a live draft replaced)."""
         import torch
 
         start_of_transcript = _start_of_transcript(prompt, self.start_token_id)
@@ -272,6 +275,7 @@ class GreedyWhisperDecoder:
                 is_repeating,
                 max_new_tokens=limit,
                 room=self.positions_room(prompt),
+                should_stop=should_stop,
             )
         finally:
             step.finish()
@@ -286,6 +290,7 @@ class GreedyWhisperDecoder:
         *,
         max_new_tokens: int,
         room: int,
+        should_stop: Optional[StopSignal] = None,
     ) -> list[WindowTokens]:
         import torch
 
@@ -297,6 +302,8 @@ class GreedyWhisperDecoder:
         logits = logits[:, -1]
         results: dict[int, WindowTokens] = {}
         while rows:
+            if should_stop is not None:
+                should_stop.check()
             next_tokens, logprobs = rules.next_tokens([row.tokens for row in rows], logits)
             sum_logprobs += logprobs
             for row, token in zip(rows, next_tokens.tolist(), strict=True):
@@ -306,12 +313,7 @@ class GreedyWhisperDecoder:
                 result = self._finished(row, sum_logprobs[index], max_new_tokens, room, check, is_repeating)
                 if result is not None:
                     results[row.row] = result
-            keep = [index for index, row in enumerate(rows) if row.row not in results]
-            if keep and len(keep) < len(rows):
-                kept = torch.tensor(keep, device=prompt_ids.device)
-                step.keep(kept)
-                next_tokens, sum_logprobs = next_tokens[kept], sum_logprobs[kept]
-            rows = [rows[index] for index in keep]
+            rows, next_tokens, sum_logprobs = _unfinished(step, rows, results, next_tokens, sum_logprobs)
             if rows:
                 logits = step.step(next_tokens[:, None])[:, -1]
         return [results[row] for row in sorted(results)]
@@ -395,3 +397,18 @@ def _start_of_transcript(prompt: Sequence[int], start_token_id: int) -> int:
     """Where <|startoftranscript|> is in a prompt: after the previous text, when there is one.
     The no-speech probability is read there, as openai/whisper does."""
     return len(prompt) - 1 - list(prompt)[::-1].index(start_token_id)
+
+
+def _unfinished(
+    step: WhisperDecoderStep, rows: list[_Row], results: dict[int, WindowTokens], next_tokens: Any, sum_logprobs: Any
+) -> tuple[list[_Row], Any, Any]:
+    """The rows still decoding (not in `results`), with their next tokens and summed log
+    probabilities; the decoder step keeps only their keys and values."""
+    import torch
+
+    keep = [index for index, row in enumerate(rows) if row.row not in results]
+    if keep and len(keep) < len(rows):
+        kept = torch.tensor(keep, device=next_tokens.device)
+        step.keep(kept)
+        next_tokens, sum_logprobs = next_tokens[kept], sum_logprobs[kept]
+    return [rows[index] for index in keep], next_tokens, sum_logprobs

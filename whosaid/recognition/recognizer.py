@@ -206,11 +206,9 @@ class SpeechRecognizer:
         first_alone = on_window is not None or bool(options.initial_prompt)
         batches = window_batches([TrackWindow(0, window) for window in windows], batch_size, first_alone=first_alone)
         for number, batch in enumerate(batches):
-            if should_stop is not None:
-                should_stop.check()
             assistant = self.assistant if assisted else None
             window_spans, (language,), batch_warnings = self._transcribe_batch(
-                (audio,), batch, number, (language,), options, prompted=number == 0, assistant=assistant
+                (audio,), batch, number, [language], options, prompted=not number, assistant=assistant, stop=should_stop
             )
             warnings += [warning for warning in batch_warnings if warning is not None]
             for one_window_spans in window_spans:
@@ -265,10 +263,8 @@ class SpeechRecognizer:
         spans: list[list[Span]] = [[] for _ in tracks]
         warnings: list[list[str]] = [[] for _ in tracks]
         for number, (batch, prompted) in enumerate(batches):
-            if should_stop is not None:
-                should_stop.check()
             window_spans, languages, window_warnings = self._transcribe_batch(
-                tracks, batch, number, languages, options, prompted=prompted
+                tracks, batch, number, languages, options, prompted=prompted, stop=should_stop
             )
             for window, one_window_spans, warning in zip(batch, window_spans, window_warnings, strict=True):
                 spans[window.track] += one_window_spans
@@ -285,16 +281,22 @@ class SpeechRecognizer:
         *,
         prompted: bool,
         assistant: Any = None,
+        stop: Optional[StopSignal] = None,
     ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]]]:
         """The `number`th batch of windows (`_transcribe_track_windows`), conditioned on the
-        initial prompt when `prompted`."""
+        initial prompt when `prompted`. `stop` is checked before it, and by the lean loop at
+        every token."""
+        if stop is not None:
+            stop.check()
         if number:
             # What the last batch freed, back to the OS before this one peaks on top of it.
             release_memory_between_stages(max(track.duration_s for track in tracks))
         previous = self.previous_tokens(options, first_window=prompted)
         # The whole request fails: say where, so that the audio can be checked or cut there.
         with as_core_errors("speech recognition", where=f" in {_span_name([one.window for one in windows])}"):
-            return self._transcribe_track_windows(tracks, windows, languages, options, previous, assistant=assistant)
+            return self._transcribe_track_windows(
+                tracks, windows, languages, options, previous, assistant=assistant, should_stop=stop
+            )
 
     def _windows(
         self, audio: Audio, max_window_s: float, *, multilingual: bool, fewest: bool = False
@@ -405,6 +407,7 @@ class SpeechRecognizer:
         previous: Sequence[int] = (),
         *,
         assistant: Any = None,
+        should_stop: Optional[StopSignal] = None,
     ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]]]:
         """A batch of windows, each cut from its track, through the recognizer's stages, in order:
         encode, detect the language, decode (the lean batched loop, or speculative decoding with
@@ -418,12 +421,12 @@ class SpeechRecognizer:
         the same stages, as openai/whisper's next window starts there; its spans follow the
         window's."""
         spans, languages, warnings, rests = self._window_stages(
-            tracks, windows, languages, options, previous, assistant
+            tracks, windows, languages, options, previous, assistant, should_stop
         )
         while rests:
             rest_windows = [TrackWindow(windows[row].track, rest) for row, rest in rests]
             rest_spans, languages, rest_warnings, more = self._window_stages(
-                tracks, rest_windows, languages, options, previous, assistant
+                tracks, rest_windows, languages, options, previous, assistant, should_stop
             )
             for (row, _), one_rest_spans, warning in zip(rests, rest_spans, rest_warnings, strict=True):
                 spans[row] += one_rest_spans
@@ -439,6 +442,7 @@ class SpeechRecognizer:
         options: DecodingOptions,
         previous: Sequence[int],
         assistant: Any,
+        should_stop: Optional[StopSignal] = None,
     ) -> tuple[list[list[Span]], list[Optional[str]], list[Optional[str]], list[tuple[int, SpeechWindow]]]:
         """`_transcribe_track_windows`' stages over one batch of windows: its spans, languages and
         warnings, and each window whose decoding stopped short with the rest it left."""
@@ -446,7 +450,9 @@ class SpeechRecognizer:
 
         features, lengths = self._features_of(tracks, windows)
         with torch.inference_mode():
-            batch = EncodedBatch(features, self.encode(features), options, previous, lengths, self._token_cap(lengths))
+            batch = EncodedBatch(
+                features, self.encode(features), options, previous, lengths, self._token_cap(lengths), should_stop
+            )
             row_languages, languages = self._detect_languages_of(batch, [w.track for w in windows], languages)
             decoded = self._decode(batch, [window.window for window in windows], row_languages, assistant)
             decoded = [self._retry_with_beams(batch, window) for window in decoded]
@@ -544,7 +550,12 @@ class SpeechRecognizer:
     def _decode_greedy(self, batch: EncodedBatch, states: Any, prompt: Sequence[int]) -> list[WindowTokens]:
         """The lean loop on some of a batch's windows (`states`), under its options and cap."""
         return self.decoder.decode(
-            states, prompt, batch.options, is_repeating=self._is_repeating, max_new_tokens=batch.max_new_tokens
+            states,
+            prompt,
+            batch.options,
+            is_repeating=self._is_repeating,
+            max_new_tokens=batch.max_new_tokens,
+            should_stop=batch.should_stop,
         )
 
     def _retry_with_beams(self, batch: EncodedBatch, window: WindowDecoding) -> WindowDecoding:
@@ -744,6 +755,7 @@ class EncodedBatch:
     previous: Sequence[int]  # the text tokens every window is conditioned on
     lengths: Sequence[int]  # each window's length in samples
     max_new_tokens: Optional[int] = None  # the most tokens a window may decode (None: the model's)
+    should_stop: Optional[StopSignal] = None  # checked by the lean loop at every token
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from whosaid.audio.loading import Audio
 from whosaid.config import InferenceConfig
 from whosaid.engine import Engine
-from whosaid.errors import InvalidAudioError, WhosaidError
+from whosaid.errors import InvalidAudioError, SupersededError, WhosaidError
 from whosaid.live.agreement import StablePrefix
 from whosaid.live.pcm import Pcm16Stream
 from whosaid.live.speakers import LiveSpeakers, SpeakerContext, TurnSpeakers
@@ -192,6 +192,7 @@ class RealtimeSession:
         self.recent_audio = np.zeros(0, np.float32)  # the end of the committed turns' audio
         self.context_version = 0
         self.hypothesis_cost_s = 0.0  # wall time of the last hypothesis
+        self._draft_stop: Optional[StopSignal] = None  # the running draft's, while one runs
         self.last_item_id: Optional[str] = None
         self.pending: asyncio.Queue[Turn] = asyncio.Queue(maxsize=MAX_PENDING_TURNS)
         self.wake = asyncio.Event()
@@ -377,6 +378,14 @@ class RealtimeSession:
                 await self._commit(self._turn_end_s(self.live_turn, buffer_event.turn_end_s))
         self.wake.set()
 
+    def _stop_draft_if_due(self) -> None:
+        """A running draft stops at its next token once its turn is committed: the turn's final
+        starts at once instead of after it. (Not when a pause begins: most pauses do not end the
+        turn, and the draft's words would be lost.)"""
+        stop = self._draft_stop
+        if stop is not None and self.live_turn is None:
+            stop.cancel(SupersededError("a live draft was stopped: its turn was committed"))
+
     async def _commit_manually(self) -> None:
         if self.buffer.duration_s < MIN_COMMIT_S:
             raise ProtocolError(
@@ -404,6 +413,7 @@ class RealtimeSession:
         turn = self.live_turn
         assert turn is not None
         self.live_turn = None
+        self._stop_draft_if_due()
         end_s = self.buffer.end_s if end_s is None else end_s
         taken_start_s, taken = self.buffer.take(end_s)
         turn.start_s = max(turn.start_s, taken_start_s)
@@ -489,7 +499,9 @@ class RealtimeSession:
             if at_pause:
                 transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
             else:
-                transcript = await self._job(lambda stop: self._recognise(samples, config, stop, draft=True))
+                transcript = await self._job(lambda stop: self._draft(samples, config, stop))
+        except SupersededError:
+            return
         except (WhosaidError, ApiError) as error:
             logger.info("a hypothesis of a live turn failed: %s", _message(error))
             return
@@ -591,6 +603,15 @@ class RealtimeSession:
         if not chunks:
             return self.asr.transcribe(Audio(samples), config, should_stop=stop)
         return replace(heard, chunks=tuple(chunks), text="".join(chunk.text for chunk in chunks).strip())
+
+    def _draft(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
+        """A draft of the turn being spoken (in the job's thread), stoppable by the receiver
+        (`_stop_draft_if_due`) through `stop`."""
+        self._draft_stop = stop
+        try:
+            return self._recognise(samples, config, stop, draft=True)
+        finally:
+            self._draft_stop = None
 
     def _remember_audio(self, samples: np.ndarray) -> None:
         self.recent_audio = np.concatenate([self.recent_audio, samples])[-int(ASR_CONTEXT_S * RATE) :]
