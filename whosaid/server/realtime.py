@@ -378,12 +378,12 @@ class RealtimeSession:
                 await self._commit(self._turn_end_s(self.live_turn, buffer_event.turn_end_s))
         self.wake.set()
 
-    def _stop_draft_if_due(self) -> None:
+    def _stop_draft(self) -> None:
         """A running draft stops at its next token once its turn is committed: the turn's final
         starts at once instead of after it. (Not when a pause begins: most pauses do not end the
         turn, and the draft's words would be lost.)"""
         stop = self._draft_stop
-        if stop is not None and self.live_turn is None:
+        if stop is not None:
             stop.cancel(SupersededError("a live draft was stopped: its turn was committed"))
 
     async def _commit_manually(self) -> None:
@@ -413,7 +413,7 @@ class RealtimeSession:
         turn = self.live_turn
         assert turn is not None
         self.live_turn = None
-        self._stop_draft_if_due()
+        self._stop_draft()
         end_s = self.buffer.end_s if end_s is None else end_s
         taken_start_s, taken = self.buffer.take(end_s)
         turn.start_s = max(turn.start_s, taken_start_s)
@@ -606,7 +606,7 @@ class RealtimeSession:
 
     def _draft(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
         """A draft of the turn being spoken (in the job's thread), stoppable by the receiver
-        (`_stop_draft_if_due`) through `stop`."""
+        (`_stop_draft`) through `stop`."""
         self._draft_stop = stop
         try:
             return self._recognise(samples, config, stop, draft=True)
