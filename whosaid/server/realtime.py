@@ -58,6 +58,7 @@ from whosaid.engine import Engine
 from whosaid.errors import InvalidAudioError, SupersededError, WhosaidError
 from whosaid.live.agreement import StablePrefix
 from whosaid.live.pcm import Pcm16Stream
+from whosaid.live.repeats import crammed_repeats
 from whosaid.live.speakers import LiveSpeakers, SpeakerContext, TurnSpeakers
 from whosaid.live.turns import RATE, InputBuffer
 from whosaid.results import Transcript
@@ -578,31 +579,18 @@ class RealtimeSession:
     ) -> Transcript:
         """The turn's transcript, decoded after up to ASR_CONTEXT_S of the session's earlier
         speech (as a file's window holds the sentence before): a turn cut at a pause in
-        mid-sentence is heard as the sentence's continuation. Only the words that lie in the turn
-        (their middle after its start) are kept, with times from the turn's start. Where none
-        does (Whisper took a short turn for the end of the sentence before, or skipped it), the
-        turn is decoded again on its own. A `draft` (a hypothesis before a pause) is decoded on
-        its own, greedy: a fraction of the cost, and a later hypothesis replaces it."""
+        mid-sentence is heard as the sentence's continuation. Where no word lies in the turn
+        (Whisper took a short turn for the end of the sentence before, or skipped it), the turn is
+        decoded again on its own. A `draft` (a hypothesis before a pause) is decoded on its own,
+        greedy: a fraction of the cost, and a later hypothesis replaces it."""
         if draft:
-            return self.drafts.transcribe(Audio(samples), config, should_stop=stop)
+            return turn_words(self.drafts.transcribe(Audio(samples), config, should_stop=stop), 0.0)
         context = self.recent_audio
-        offset_s = context.size / RATE
         heard = self.asr.transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
-        if not offset_s:
-            return heard
-        chunks = []
-        for chunk in heard.chunks:
-            words = tuple(
-                replace(word, start_s=max(word.start_s - offset_s, 0.0), end_s=max(word.end_s - offset_s, 0.0))
-                for word in chunk.words
-                if (word.start_s + word.end_s) / 2 >= offset_s
-            )
-            if words:
-                text = "".join(word.text for word in words)
-                chunks.append(replace(chunk, start_s=words[0].start_s, end_s=words[-1].end_s, text=text, words=words))
-        if not chunks:
-            return self.asr.transcribe(Audio(samples), config, should_stop=stop)
-        return replace(heard, chunks=tuple(chunks), text="".join(chunk.text for chunk in chunks).strip())
+        transcript = turn_words(heard, context.size / RATE)
+        if context.size and not transcript.chunks:
+            return turn_words(self.asr.transcribe(Audio(samples), config, should_stop=stop), 0.0)
+        return transcript
 
     def _draft(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
         """A draft of the turn being spoken (in the job's thread), stoppable by the receiver
@@ -672,6 +660,31 @@ class RealtimeSession:
                 "event_id": event_id,
             },
         )
+
+
+def turn_words(heard: Transcript, offset_s: float) -> Transcript:
+    """The words of a decoding that are the turn's, which starts at `offset_s`: from the first
+    whose middle lies after that, without the repeats Whisper squeezed in where the audio
+    ends (whosaid.live.repeats), with times from the turn's start."""
+    words = [(number, word) for number, chunk in enumerate(heard.chunks) for word in chunk.words]
+    dropped = crammed_repeats([(word.text, word.start_s, word.end_s) for _, word in words])
+    words = [pair for index, pair in enumerate(words) if index not in dropped]
+    first = next(
+        (index for index, (_, word) in enumerate(words) if (word.start_s + word.end_s) / 2 >= offset_s), len(words)
+    )
+    chunks = []
+    for number, chunk in enumerate(heard.chunks):
+        kept = tuple(
+            replace(word, start_s=max(word.start_s - offset_s, 0.0), end_s=max(word.end_s - offset_s, 0.0))
+            for owner, word in words[first:]
+            if owner == number
+        )
+        if kept:
+            text = "".join(word.text for word in kept)
+            chunks.append(replace(chunk, start_s=kept[0].start_s, end_s=kept[-1].end_s, text=text, words=kept))
+    if not offset_s and not dropped:
+        return heard
+    return replace(heard, chunks=tuple(chunks), text="".join(chunk.text for chunk in chunks).strip())
 
 
 def word_times(transcript: Transcript) -> Optional[list[tuple[float, float]]]:
