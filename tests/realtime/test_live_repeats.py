@@ -14,6 +14,11 @@ def test_a_phrase_repeated_where_the_audio_ends_is_not_speech() -> None:
     words = [("And", 0.2, 0.4), ("it's", 0.4, 0.6), ("great", 0.62, 0.84), ("joy.", 0.84, 1.1)]
     words += [("And", 1.12, 1.12), ("it's", 1.12, 1.13), ("great", 1.13, 1.14), ("Joy", 1.14, 1.14)]
     assert crammed_repeats(words) == {4, 5, 6, 7}
+    # Two sentences repeated twice.
+    sentences = [("And", 0.2, 0.4), ("it's", 0.4, 0.6), ("great", 0.62, 0.84), ("joy.", 0.84, 1.1)]
+    sentences += [("Aren't", 1.3, 1.5), ("they", 1.5, 1.68), ("suing", 1.68, 1.88), ("you?", 1.88, 2.3)]
+    squeezed = [(text, 2.32, 2.33) for text, _, _ in sentences]
+    assert crammed_repeats(sentences + squeezed * 2) == set(range(8, 24))
 
 
 def test_a_phrase_said_twice_with_time_for_its_words_is_speech() -> None:

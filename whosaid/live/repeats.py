@@ -15,14 +15,15 @@ from whosaid.live.agreement import normalised
 #: ends ("aren't they suing you? Aren't they suing you? ..." in a 1.4 s turn), and the word
 #: timing finds no audio left for the repeats. Spoken words take a tenth of a second or more.
 CRAMMED_S_PER_WORD = 0.03
-#: Longest repeated phrase looked for, in words; a single word repeated is left alone (a
-#: stutter's words are short too).
-CRAMMED_PHRASE_WORDS = 6
+#: Longest repeated phrase looked for, in words: a loop may repeat a whole short sentence or two
+#: ("And it's great joy. Aren't they suing you?" three times). A single word repeated is left
+#: alone (a stutter's words are short too).
+CRAMMED_PHRASE_WORDS = 12
 
 
 def crammed_repeats(words: Sequence[tuple[str, float, float]]) -> set[int]:
-    """Indices of the words (text, start, end) that repeat the phrase just before them, squeezed
-    into next to no time (CRAMMED_S_PER_WORD)."""
+    """Indices of the words (text, start, end) that repeat the phrase of 2 to CRAMMED_PHRASE_WORDS
+    words just before them, squeezed into next to no time (CRAMMED_S_PER_WORD)."""
     plain = [normalised(text) for text, _, _ in words]
     dropped: set[int] = set()
     index = 0
