@@ -84,6 +84,19 @@ def start_server(
     return LocalServer(process, f"http://127.0.0.1:{port}", log_path)
 
 
+def start_live_caption_server(model: str, name: str, extra_env: Optional[dict[str, str]] = None) -> LocalServer:
+    """The live-caption benchmarks' server: `model`, the built-in diarizer, OpenMP threads that
+    sleep when idle, its log in /tmp/whosaid-`name`-<time>.log."""
+    return start_server(
+        model,
+        assistant=None,
+        diarization="builtin",
+        port=free_port(),
+        log_path=Path("/tmp") / f"whosaid-{name}-{time.time():.0f}.log",
+        extra_env={"OMP_WAIT_POLICY": "PASSIVE", **(extra_env or {})},
+    )
+
+
 def wait_until_ready(server: LocalServer, timeout_s: float = SERVER_READY_TIMEOUT_S) -> float:
     """Poll /ready until it answers 200; fail early when the server exits or reports that its
     models failed to load. Returns the seconds it took."""

@@ -26,12 +26,11 @@ import argparse
 import json
 import statistics
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common.clips import sample_dir
-from benchmarks.server.local_server import free_port, start_server, wait_until_ready
+from benchmarks.server.local_server import start_live_caption_server, wait_until_ready
 from whosaid.cli.listen import TAIL_SILENCE_S, read_pcm, session_config, stream
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,14 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(count) for count in args.sessions.split(",")]
     pcms = [read_pcm(path) for path in RECORDINGS]
-    server = start_server(
-        args.model,
-        assistant=None,
-        diarization="builtin",
-        port=free_port(),
-        log_path=Path("/tmp") / f"whosaid-realtime-bench-{time.time():.0f}.log",
-        extra_env={"REALTIME_MAX_SESSIONS": str(max(counts)), "OMP_WAIT_POLICY": "PASSIVE"},
-    )
+    server = start_live_caption_server(args.model, "realtime-bench", {"REALTIME_MAX_SESSIONS": str(max(counts))})
     rows = []
     try:
         wait_until_ready(server)

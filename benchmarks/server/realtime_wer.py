@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common.clips import sample_dir
 from benchmarks.common.wer import normalise_text, word_error_rate
-from benchmarks.server.local_server import free_port, start_server, wait_until_ready
+from benchmarks.server.local_server import start_live_caption_server, wait_until_ready
 from whosaid.cli.listen import read_pcm, session_config, stream
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,14 +61,7 @@ def main() -> None:
     parser.add_argument("--recordings", type=Path, nargs="*", default=RECORDINGS)
     parser.add_argument("--output", type=Path, help="write every recording's texts and WERs as JSON here")
     args = parser.parse_args()
-    server = start_server(
-        args.model,
-        assistant=None,
-        diarization="builtin",
-        port=free_port(),
-        log_path=Path("/tmp") / f"whosaid-realtime-wer-{time.time():.0f}.log",
-        extra_env={"OMP_WAIT_POLICY": "PASSIVE"},
-    )
+    server = start_live_caption_server(args.model, "realtime-wer")
     rows: list[dict[str, Any]] = []
     try:
         wait_until_ready(server)
