@@ -348,7 +348,7 @@ def test_half_products_are_the_same_whatever_the_thread_count_and_the_rows_besid
     weight = (torch.randn(4099, 256, generator=generator) / 16).half().float()
     half = HalfWeights.of(weight, torch.randn(4099, generator=generator))
     assert half is not None
-    rows = torch.randn(8, 256, generator=generator)
+    rows = torch.randn(41, 256, generator=generator)
     with torch_threads(1):
         expected = half(rows)
     for threads in (2, 3, 4):
@@ -356,4 +356,7 @@ def test_half_products_are_the_same_whatever_the_thread_count_and_the_rows_besid
             assert torch.equal(half(rows), expected)
             for row in range(8):
                 assert torch.equal(half(rows[row : row + 1]), expected[row : row + 1])
-            assert torch.equal(half(rows[:3]), expected[:3])
+            # Every count of rows up to 8 windows of 5 beams, and rows shaped as the step's.
+            for count in range(2, 41):
+                assert torch.equal(half(rows[:count]), expected[:count]), count
+            assert torch.equal(half(rows[:6].reshape(3, 2, 256)), expected[:6].reshape(3, 2, -1))

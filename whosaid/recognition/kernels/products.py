@@ -221,9 +221,64 @@ class HalfWeights:
             return cls(torch.ops.quantized.linear_prepack_fp16(weight, bias))
 
     def __call__(self, hidden: Any) -> Any:
+        """The product, each row's result the same whatever rows are multiplied with it: where
+        this CPU's kernels sum some counts of rows in another order (`padded_half_rows`), the rows
+        are padded with zero rows to a count that sums them all in one order."""
         import torch
 
-        return torch.ops.quantized.linear_dynamic_fp16(hidden, self.packed)
+        features = hidden.shape[-1]
+        rows = hidden.numel() // features
+        missing = padded_half_rows(rows) - rows
+        if not missing:
+            return torch.ops.quantized.linear_dynamic_fp16(hidden, self.packed)
+        flat = hidden.reshape(rows, features)
+        padded = torch.cat([flat, flat.new_zeros(missing, features)])
+        output = torch.ops.quantized.linear_dynamic_fp16(padded, self.packed)[:rows]
+        return output.reshape(*hidden.shape[:-1], output.shape[-1])
+
+
+# Half products are checked at every count of rows up to this (`padded_half_rows`): two rounds of
+# the 120 rows fbgemm's AVX2 kernels repeat their choices over; a decoder step multiplies up to 40
+# rows in the common cases (8 windows of 5 beams). Beyond, a multiple of one of HALF_ROW_STEPS.
+HALF_CHECKED_ROWS = 240
+HALF_ROW_STEPS = (1, 2, 3, 4, 6)
+
+
+def padded_half_rows(rows: int) -> int:
+    """The count of rows `rows` rows are multiplied as, by a half copy on this CPU: the fewest at
+    least `rows` whose every row this CPU's half products sum in the order they sum it among any
+    other such count. fbgemm cuts the rows into blocks for its kernels, and on AVX2 those for blocks
+    of one or two rows sum in another order than the rest, so one row alone, or the row left after
+    blocks of six, rounds differently from the same row among others (there: 1 and 2 rows -> 3,
+    7 -> 8, 14 -> 15, ...; no padding where there is no such difference, as with AVX-512)."""
+    padded, step = _half_row_counts()
+    if rows < len(padded):
+        return padded[rows]
+    return -(-rows // step) * step
+
+
+@functools.lru_cache(maxsize=1)
+def _half_row_counts() -> tuple[tuple[int, ...], int]:
+    """`padded_half_rows` for 0..HALF_CHECKED_ROWS rows, and the fewest of HALF_ROW_STEPS whose
+    every multiple up to there is such a count: checked once per process (under 0.2 s) against
+    the products of HALF_CHECKED_ROWS rows."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(32, 256, generator=generator).half().float()
+    packed = torch.ops.quantized.linear_prepack_fp16(weight, torch.randn(32, generator=generator))
+    rows = torch.randn(HALF_CHECKED_ROWS, 256, generator=generator)
+    with torch.no_grad():
+        expected = torch.ops.quantized.linear_dynamic_fp16(rows, packed)
+        agree = [True] + [
+            bool(torch.equal(torch.ops.quantized.linear_dynamic_fp16(rows[:count], packed), expected[:count]))
+            for count in range(1, HALF_CHECKED_ROWS + 1)
+        ]
+    padded = []
+    for count in range(HALF_CHECKED_ROWS + 1):
+        padded.append(next((other for other in range(count, HALF_CHECKED_ROWS + 1) if agree[other]), count))
+    steps = (step for step in HALF_ROW_STEPS if all(agree[count] for count in range(step, HALF_CHECKED_ROWS + 1, step)))
+    return tuple(padded), next(steps, HALF_ROW_STEPS[-1])
 
 
 @functools.lru_cache(maxsize=1)
