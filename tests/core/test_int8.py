@@ -77,6 +77,28 @@ def test_rowwise_int8_blocks_of_rows_give_the_same_values() -> None:
     assert torch.equal(whole, parts)
 
 
+def test_the_int8_product_in_float32_gives_the_integer_products_exactly() -> None:
+    """Where torch's integer product is slow (AVX2), float32 products of blocks of features take its
+    place: the same int32 values, at the largest sums too (every value +-127, over more features
+    than one block)."""
+    import torch
+
+    from whosaid.recognition.loading import EXACT_FLOAT_FEATURES, int8_product, int8_product_in_float32
+
+    generator = torch.Generator().manual_seed(6)
+    for features in (300, 4 * EXACT_FLOAT_FEATURES + 52):  # one block; whisper-large's 5120 or so
+        rows = torch.randint(-127, 128, (40, features), generator=generator, dtype=torch.int8)
+        weight_t = torch.randint(-127, 128, (features, 24), generator=generator, dtype=torch.int8)
+        rows[:4], weight_t[:, :2] = 127, -127  # the largest sums: +-127 * 127 * features
+        rows[4:8], weight_t[:, 2:5] = 127, 127
+        rows[4:8, ::3] = 126  # large sums float32 cannot hold in one (a float32 product of all
+        # 4148 features gives other values)
+        expected = torch._int_mm(rows, weight_t)
+        assert expected[0, 0] == -(127**2) * features
+        assert torch.equal(int8_product_in_float32(rows, weight_t), expected)
+        assert torch.equal(int8_product(rows, weight_t), expected)
+
+
 def test_int8_self_attention_projections_fuse_exactly(tiny_whisper) -> None:
     """The decoder step computes an int8 layer's q, k and v from one fused layer: the same values
     as the three layers (the query scaled as the step scales it), bit for bit (they share the
