@@ -164,26 +164,16 @@ def int_mm_is_fast() -> bool:
     """Whether `torch._int_mm` takes at most as long as the exact float32 products in its place,
     measured once per process (when an int8 model loads; under 0.2 s) on 128 frames by a
     whisper-base weight. The choice changes no value, only the time."""
-    import time
-
     import torch
+
+    from whosaid.recognition.kernels.products import _fastest_times
 
     generator = torch.Generator().manual_seed(0)
     rows = torch.randint(-127, 128, (128, 512), generator=generator, dtype=torch.int8)
     weight_t = torch.randint(-127, 128, (512, 512), generator=generator, dtype=torch.int8)
-
-    def fastest(product: Callable[[], Any]) -> float:
-        product()
-        times = []
-        for _ in range(3):
-            started = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - started)
-        return min(times)
-
-    with torch.no_grad():
-        integer = fastest(lambda: torch._int_mm(rows, weight_t))
-        exact_float = fastest(lambda: int8_product_in_float32(rows, weight_t))
+    integer, exact_float = _fastest_times(
+        [lambda: torch._int_mm(rows, weight_t), lambda: int8_product_in_float32(rows, weight_t)], rounds=3
+    )
     return integer <= exact_float
 
 
