@@ -126,6 +126,11 @@ def test_the_cli_refuses_bad_arguments_before_starting_ray(tmp_path: Path, capsy
     assert "num_speakers" in capsys.readouterr().err
     assert main(["batch", str(tmp_path / "x.wav"), "-o", str(tmp_path / "out"), "--actors", "0"]) == 2
     assert "--actors must be at least 1" in capsys.readouterr().err
+    argv = ["batch", str(tmp_path / "x.wav"), "-o", str(tmp_path / "out"), "--task", "translate", "-f", "diarized_json"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "whosaid batch: --format diarized_json is a transcription format: it cannot go with --task translate\n"
+    )
     assert not (tmp_path / "out").exists()
 
 

@@ -127,6 +127,14 @@ def test_diarized_formats_with_a_diarization_model(
         (["--min-speakers", "3", "--max-speakers", "2"], "greater than max_speakers"),
         (["-f", "rttm"], "--format rttm needs a diarization model"),
         (["-f", "diarized_json"], "--format diarized_json needs a diarization model"),
+        (
+            ["--task", "translate", "-f", "diarized_json"],
+            "--format diarized_json is a transcription format: it cannot go with --task translate",
+        ),
+        (
+            ["--task", "translate", "-f", "diarized_json", "--url", "http://127.0.0.1:9", "-o", "out"],
+            "--format diarized_json is a transcription format: it cannot go with --task translate",
+        ),
     ],
 )
 def test_argument_errors_stop_before_models_load(capsys, clips: list[Path], argv: list[str], message: str) -> None:

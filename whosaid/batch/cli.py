@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from whosaid.batch.pipeline import ClusterOptions, Summary, run_batch
     from whosaid.batch.worker import BatchJob
     from whosaid.cli.model_options import model_settings_from_args
-    from whosaid.cli.transcribe import check_model_format, known_speaker_files, request_parameters
+    from whosaid.cli.transcribe import check_model_format, format_task_problem, known_speaker_files, request_parameters
     from whosaid.config import InferenceConfig
     from whosaid.errors import InvalidInputError, InvalidParametersError, ModelLoadError
 
@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if args.actors < 1 or args.num_cpus < 0 or args.num_gpus < 0:
         return fail("--actors must be at least 1, --num-cpus and --num-gpus at least 0")
     parameters = request_parameters(args)
+    problem = format_task_problem(args.format, parameters)
+    if problem is not None:
+        return fail(problem)
     try:
         known = known_speaker_files(args.speaker, None)
         if known:

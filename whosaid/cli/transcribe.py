@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         problem = _check_outputs(names, args.output_dir)
     if problem is None and args.resume and args.output_dir is None:
         problem = "--resume needs --output-dir: it skips the files whose output is there"
+    if problem is None:
+        problem = format_task_problem(args.format, parameters)
     if problem is None and args.url:
         problem = _check_remote_arguments(args)
     if problem is None:
@@ -167,6 +169,14 @@ def check_model_format(output_format: str, settings: "ModelSettings") -> None:
         option="--format ",
         hint=" (--diarization-model or DIARIZATION_MODEL)",
     )
+
+
+def format_task_problem(output_format: str, parameters: dict[str, Any]) -> Optional[str]:
+    """Why `--format` cannot go with the request's task (a translation has no speakers' turns, as
+    /v1/audio/translations refuses diarized_json), or None."""
+    if parameters.get("task") == "translate" and not FORMATS[output_format].translatable:
+        return f"--format {output_format} is a transcription format: it cannot go with --task translate"
+    return None
 
 
 def _check_remote_arguments(args: argparse.Namespace) -> Optional[str]:
