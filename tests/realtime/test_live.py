@@ -11,7 +11,7 @@ from whosaid.errors import InvalidAudioError
 from whosaid.live.agreement import StablePrefix, loop_start
 from whosaid.live.pcm import Pcm16Stream
 from whosaid.live.speakers import LiveSpeakers
-from whosaid.live.turns import InputBuffer, TurnDetection
+from whosaid.live.turns import LOOKBACK_S, InputBuffer, TurnDetection
 from whosaid.speakers.known import KnownVoice
 
 RATE = 16_000
@@ -225,11 +225,34 @@ def test_a_pause_the_speech_went_on_after_is_no_longer_paused(vad, sample_audio)
     assert pause_end_s is not None and buffer.paused_at(pause_end_s, 0.1)
 
 
-def test_silence_keeps_only_what_a_turn_would_take_as_its_prefix(vad) -> None:
+def test_silence_keeps_only_what_a_turn_would_take_before_its_speech(vad) -> None:
     buffer = InputBuffer(vad, TurnDetection())
     assert feed(buffer, np.zeros(20 * RATE, np.float32)) == []
-    assert buffer.duration_s <= 0.3 + 1.5 + 0.1 + 0.01
+    assert buffer.duration_s <= LOOKBACK_S + 1.5 + 0.1 + 0.01
     assert buffer.end_s == pytest.approx(20.0)
+
+
+def test_a_turns_audio_reaches_back_before_its_speech_but_not_into_the_turn_before(vad, sample_audio) -> None:
+    """The speech_started time is the speech's start minus the prefix padding, as OpenAI reports
+    it; the turn's audio starts up to LOOKBACK_S before the speech, at a longer prefix if the
+    client asks for one, and never before the audio committed with the turn before."""
+    samples = speech_then_silence(sample_audio, 8.3, 10.0, silence_s=3.0)
+    started = feed(InputBuffer(vad, TurnDetection()), samples)[0]
+    assert started.kind == "speech_started" and 2.6 <= started.time_s <= 3.1  # speech from about 3.0 s
+    assert started.audio_start_s == pytest.approx(started.time_s - (LOOKBACK_S - 0.3))
+    started = feed(InputBuffer(vad, TurnDetection(prefix_padding_ms=2500)), samples)[0]
+    assert started.audio_start_s == pytest.approx(started.time_s)
+
+    # pyannote's sample, 6-20 s: turns with short pauses, each committed where it stops.
+    buffer, committed_s, starts = InputBuffer(vad, TurnDetection()), 0.0, []
+    for event in feed(buffer, speech_then_silence(sample_audio, 6.0, 20.0)):
+        if isinstance(event, tuple):  # (start_s, samples) taken
+            committed_s = event[0] + event[1].size / RATE
+        elif event.kind == "speech_started":
+            starts.append((committed_s, event.audio_start_s, event.time_s))
+    assert len(starts) >= 2
+    assert all(committed_s <= audio_start_s <= time_s for committed_s, audio_start_s, time_s in starts)
+    assert any(committed_s > 0 and audio_start_s == committed_s for committed_s, audio_start_s, _ in starts)
 
 
 def test_without_turn_detection_the_buffer_keeps_everything(vad, sample_audio) -> None:

@@ -7,8 +7,11 @@ the VAD sees at a time depends on the audio alone, not on when the turns before 
 (which depends on how fast the server transcribes them), so a recording is cut into the same
 turns on a fast or a slow machine. Only speech after the committed audio counts. A turn starts
 where speech of at least `min_speech_ms` begins (minus `prefix_padding_ms`, kept for soft
-onsets) and stops once `silence_duration_ms` of silence follows its last speech. Without turn
-detection the client commits the buffer itself.
+onsets) and stops once `silence_duration_ms` of silence follows its last speech. A turn's audio
+reaches further back than its reported start, up to `LOOKBACK_S` of the audio heard since the
+turn before: quiet words the VAD does not mark as speech (a far-field voice, a murmur before the
+turn) are heard by Whisper live as they are in a file, whose windows keep their pauses. Without
+turn detection the client commits the buffer itself.
 
 Times are on the session's clock: seconds of audio received since the session began.
 """
@@ -36,6 +39,9 @@ HEARD_S = 10.0 + VAD_CONTEXT_S
 TURN_TAIL_S = 0.2
 #: A turn longer than this (one Whisper window) is cut where it has reached, speech or not.
 MAX_TURN_S = 30.0
+#: The most audio before a turn's speech (its prefix padding included) that the turn's audio
+#: takes, when that audio was heard after the turn before.
+LOOKBACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,14 @@ class TurnDetection:
 
 @dataclass(frozen=True)
 class BufferEvent:
-    """`speech_started` at `time_s` (the turn's audio starts there), or `speech_stopped` at
-    `time_s` (when the silence was heard out) with the turn's audio ending at `turn_end_s`."""
+    """`speech_started` at `time_s` (the speech's start minus the prefix padding) with the turn's
+    audio starting at `audio_start_s` (up to LOOKBACK_S earlier), or `speech_stopped` at `time_s`
+    (when the silence was heard out) with the turn's audio ending at `turn_end_s`."""
 
     kind: str
     time_s: float
     turn_end_s: float = 0.0
+    audio_start_s: float = 0.0
 
 
 class InputBuffer:
@@ -71,7 +79,10 @@ class InputBuffer:
         self.start_s = 0.0  # session time of the buffer's first sample
         self.speech_start_s: Optional[float] = None  # the current turn's start, while speech goes on
         self._last_speech_end_s = 0.0
-        self._checked_s = 0.0
+        # Samples received, and received when the VAD last looked: counted, not timed, so that
+        # the VAD looks at the same samples whatever has been committed (dropped) before.
+        self._received = 0
+        self._checked = 0
         self._heard = np.zeros(0, np.float32)  # the newest audio received, up to HEARD_S
 
     @property
@@ -91,9 +102,10 @@ class InputBuffer:
     def append(self, samples: np.ndarray) -> list[BufferEvent]:
         self._samples = np.concatenate([self._samples, samples])
         self._heard = np.concatenate([self._heard, samples])[-int(HEARD_S * RATE) :]
-        if self.detection is None or self.end_s - self._checked_s < VAD_STEP_S:
+        self._received += samples.size
+        if self.detection is None or self._received - self._checked < int(round(VAD_STEP_S * RATE)):
             return []
-        self._checked_s = self.end_s
+        self._checked = self._received
         return self._detect(self.detection)
 
     def take(self, end_s: Optional[float] = None) -> tuple[float, np.ndarray]:
@@ -126,12 +138,13 @@ class InputBuffer:
         events: list[BufferEvent] = []
         if self.speech_start_s is None:
             if not regions:
-                # Nothing to keep but what a turn starting now would take as its prefix.
-                self._drop_before(self.end_s - detection.prefix_padding_ms / 1000 - VAD_CONTEXT_S)
+                # Nothing to keep but what a turn starting now would take before its speech.
+                self._drop_before(self.end_s - self._lookback_s(detection) - VAD_CONTEXT_S)
                 return events
             self.speech_start_s = max(self.start_s, regions[0][0] - detection.prefix_padding_ms / 1000)
             self._last_speech_end_s = regions[-1][1]
-            events.append(BufferEvent("speech_started", self.speech_start_s))
+            audio_start_s = max(self.start_s, regions[0][0] - self._lookback_s(detection))
+            events.append(BufferEvent("speech_started", self.speech_start_s, audio_start_s=audio_start_s))
         if regions:
             # The newest view wins: a region that reached the end of an earlier window ended
             # there only because the audio did.
@@ -141,6 +154,10 @@ class InputBuffer:
             turn_end_s = self._last_speech_end_s + TURN_TAIL_S if heard_out else self.end_s
             events.append(BufferEvent("speech_stopped", self.end_s, turn_end_s))
         return events
+
+    @staticmethod
+    def _lookback_s(detection: TurnDetection) -> float:
+        return max(LOOKBACK_S, detection.prefix_padding_ms / 1000)
 
     def turn_end_if_pause_s(self) -> Optional[float]:
         """While a turn is being spoken and its speech has paused for TURN_TAIL_S: where the turn

@@ -363,7 +363,7 @@ class RealtimeSession:
             self.live_turn = self._new_turn(self.buffer.start_s)
         for buffer_event in self.buffer.append(samples):
             if buffer_event.kind == "speech_started":
-                self.live_turn = self._new_turn(buffer_event.time_s)
+                self.live_turn = self._new_turn(buffer_event.audio_start_s)
                 await self.send(
                     "input_audio_buffer.speech_started",
                     audio_start_ms=_ms(buffer_event.time_s),
