@@ -6,8 +6,8 @@ minutes' and under 700 MB.
 
 A batch of 8 windows is one of the decoder's parts (the most cross-attention keys and values it
 holds at once), so the curve is the default batch's without the larger encoder batch; it is flat
-from about 4 minutes of speech, where the default batch of 24 fills at about 12, and 30 minutes
-of audio take a third of the time 20 minutes and an hour did. benchmarks/memory/memory_growth.py
+from about 4 minutes of speech, where the default batch of 24 fills at about 12, and 6 and 30
+minutes take less than half the time 20 minutes and an hour did. benchmarks/memory/memory_growth.py
 measures the default batch from 1 minute to 4 hours (benchmarks/memory/README.md); four hours of
 silence are held to their bound in tests/server/test_server_bombs.py.
 """
