@@ -78,6 +78,22 @@ def test_where_the_final_does_not_match_the_last_word_sent_the_word_times_decide
     assert untimed.complete(final) == " there much more in it than he said yesterday?"
 
 
+def test_a_final_that_ends_with_the_last_words_sent_goes_on_after_them_whatever_their_times() -> None:
+    # AMI: drafts of the turn alone sent "... will all be doing checking" (ending at 5.92 s); the
+    # final, heard after the session's earlier speech, put "checking" at 6.52 s. By time alone it
+    # lies after the sent words and was sent again ("doing checking checking by with ...").
+    drafts = [(0.4 * i, 0.4 * i + 0.3) for i in range(13)] + [(5.6, 5.92)]
+    sent = "myself and my coke's not here and occasionally Melissa will all be doing checking"
+    prefix = StablePrefix()
+    prefix.update(sent + " by the", drafts + [(6.0, 6.2), (6.2, 6.4)])
+    assert prefix.update(sent + " by with", drafts + [(6.0, 6.2), (6.2, 6.4)]) == sent
+    final = sent + " by with the transcriptions."
+    times = [(0.4 * i + 0.3, 0.4 * i + 0.6) for i in range(13)] + [(6.1, 6.52), (6.6, 6.8), (6.8, 7.0)]
+    times += [(7.0, 7.1), (7.1, 7.9)]
+    assert prefix.complete(final, times) == " by with the transcriptions."
+    assert prefix.text == final
+
+
 def test_a_hypothesis_at_a_pause_holds_no_word_back() -> None:
     """At a pause the audio ends between words: the words it agrees on with the hypothesis
     before all go, the last ones too; what it alone says waits for the final."""

@@ -13,8 +13,9 @@ time a phrase repeats on are never agreed (LOOP_PHRASE_WORDS).
 When the turn ends its final transcript can differ from what was sent; `StablePrefix.complete`
 keeps what was sent and adds the final transcript's words after the part that matches it, so the
 deltas always join into the completed text. Where the final does not end-match what was sent
-(Whisper heard the last sent words differently, or not at all), the words' times decide: the
-final's words from the first whose middle lies after the last sent word's end.
+(Whisper heard the last sent words differently, or not at all), or matches only its last word
+and at another time, the words' times decide: the final's words from the first whose middle lies
+after the last sent word's end.
 """
 
 from __future__ import annotations
@@ -124,10 +125,15 @@ class StablePrefix:
         last = max(blocks, key=lambda block: block.a + block.size) if blocks else None
         sent_end_s = self._sent_end_s
         timed = times is not None and len(times) == len(final_words) and sent_end_s is not None
-        # The last word sent found in the final (where the times agree: a word as common as "a"
-        # may also match far later): the final from the word after it.
+        # The last word sent found in the final (with the word before it, or where the times
+        # agree: a word as common as "a" may also match far later): the final from the word
+        # after it. The times alone would repeat a word whose time moved ("doing checking" sent
+        # from drafts of the turn alone; "checking" 0.6 s later in the final, heard after the
+        # earlier speech).
         after_match = last.b + last.size if last is not None and last.a + last.size == len(self.sent) else None
-        if after_match is not None and (not timed or abs(times[after_match - 1][1] - sent_end_s) <= JOIN_TOLERANCE_S):
+        if after_match is not None and (
+            not timed or last.size >= 2 or abs(times[after_match - 1][1] - sent_end_s) <= JOIN_TOLERANCE_S
+        ):
             start = after_match
         elif timed:
             middles = [(begin + end) / 2 for begin, end in times]
