@@ -36,6 +36,9 @@ def test_a_trimmed_recognizer_shares_the_models_and_cuts_features_to_whole_secon
     trimmed = recognizer.trimmed(3.0)
     assert trimmed.model is recognizer.model and trimmed.decoder is recognizer.decoder
     assert recognizer.encoder_margin_s is None and trimmed.encoder_margin_s == 3.0
+    # A turn's loop is too short for the compression ratio: a phrase said thrice fails the checks.
+    assert recognizer.fallback.loop_phrase_words == 0 and trimmed.fallback.loop_phrase_words == 12
+    assert trimmed.fallback.num_beams == recognizer.fallback.num_beams
     audio = cut(sample_audio, 6.0, 14.2)  # 8.2 s: 8.2 + 3 s, rounded up to 12 s of frames
     window = TrackWindow(0, SpeechWindow(0.0, audio.duration_s))
     features, lengths = trimmed._features_of([audio], [window])

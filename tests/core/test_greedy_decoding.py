@@ -20,8 +20,10 @@ from whosaid.audio.vad import SpeechWindow
 from whosaid.recognition.greedy import (
     FallbackOptions,
     GreedyWhisperDecoder,
+    WindowTokens,
     compression_ratio,
     needs_fallback,
+    says_a_phrase_thrice,
     split_segments,
 )
 from whosaid.recognition.recognizer import BATCHED
@@ -219,6 +221,22 @@ def test_compression_ratio_flags_repetition() -> None:
     assert compression_ratio(" I don't know what you mean." * 20) > 2.4
     assert compression_ratio(" Hello, this is Diane in New Jersey, and I'm Sheila in Texas.") < 2.4
     assert FallbackOptions().compression_ratio_threshold == 2.4  # openai/whisper's
+
+
+def test_a_phrase_said_three_times_fails_the_checks_only_where_asked() -> None:
+    # A live turn of a far-field meeting (whisper-tiny.en): four times a five-word phrase, and
+    # the rest of the turn never transcribed. Its compression ratio (2.29) passes openai/whisper's.
+    loop = "Okay. See you Thank you Is that your long time? Is that your long time? Is that your long time?"
+    assert compression_ratio(loop) < 2.4
+    result = WindowTokens(tokens=(1, 2, 3), avg_logprob=-0.4, no_speech_prob=0.1)
+    assert not needs_fallback(result, loop, FallbackOptions())
+    assert needs_fallback(result, loop, FallbackOptions(loop_phrase_words=12))
+    assert not needs_fallback(result, loop, FallbackOptions(loop_phrase_words=4))  # a 5-word phrase
+    assert says_a_phrase_thrice("It's a bit of a bit of a bit of a break for us.", 12)  # "a bit of" / "bit of a"
+    # Said twice, a word said three times, or a phrase back after other words: speech.
+    assert not says_a_phrase_thrice("I mean, I mean, yes. No, no, no. Thank you. Thank you.", 12)
+    assert not says_a_phrase_thrice("thank you so much, thank you, and thank you", 12)
+    assert not needs_fallback(result, "Thank you. Thank you.", FallbackOptions(loop_phrase_words=12))
 
 
 def test_segments_are_cut_at_timestamps() -> None:

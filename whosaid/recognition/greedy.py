@@ -54,6 +54,11 @@ class FallbackOptions:
     #: would fail the compression check at the end anyway and be decoded again.
     repetition_check_every: int = 32
     repetition_check_from: int = 64
+    #: A window whose text says a phrase of 2 to this many words three times in a row is looping
+    #: (0: not checked). A few seconds' loop ("Is that your long time?" four times in a live turn
+    #: of a far-field meeting) compresses too little for the ratio to tell. Files keep openai/
+    #: whisper's checks alone; live turns, seconds long, check it (SpeechRecognizer.trimmed).
+    loop_phrase_words: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,28 @@ def is_repetitive(text: str, options: FallbackOptions) -> bool:
     return compression_ratio(text) > options.compression_ratio_threshold
 
 
+def says_a_phrase_thrice(text: str, longest: int) -> bool:
+    """Whether `text` says a phrase of 2 to `longest` words three times in a row (words compared
+    without case and punctuation). A word said three times ("no, no, no") is not counted."""
+    words = ["".join(character for character in word.lower() if character.isalnum()) for word in text.split()]
+    for size in range(2, longest + 1):
+        for start in range(len(words) - 3 * size + 1):
+            phrase = words[start : start + size]
+            if words[start + size : start + 3 * size] == phrase * 2:
+                return True
+    return False
+
+
 def needs_fallback(result: WindowTokens, text: str, options: FallbackOptions) -> bool:
-    """openai/whisper's test for decoding again with a stronger search; a window that ran out of
+    """openai/whisper's test for decoding again with a stronger search (and, where
+    `loop_phrase_words` is set, a phrase said three times in a row); a window that ran out of
     room is decoded again whatever its measures say."""
     return (
         result.gave_up
         or result.reached_limit
         or is_repetitive(text, options)
         or result.avg_logprob < options.logprob_threshold
+        or (options.loop_phrase_words > 0 and says_a_phrase_thrice(text, options.loop_phrase_words))
     )
 
 

@@ -83,6 +83,9 @@ UNDECODED_REST_MIN_S = 1.0
 #: on a short input would otherwise run to the model's 448 positions, then again with beams.
 TRIMMED_TOKENS_PER_S = 15.0
 TRIMMED_TOKENS_BASE = 20
+#: A trimmed recognizer's window that says a phrase of 2 to this many words three times in a row
+#: is decoded again with beams (or left out, for drafts): a whole short sentence may loop.
+TRIMMED_LOOP_PHRASE_WORDS = 12
 
 
 class SpeechRecognizer:
@@ -150,8 +153,11 @@ class SpeechRecognizer:
         audio that sends Whisper into a loop costs a fraction of a second, not the tens of seconds
         that 448 tokens greedy and again with beams take. Without `retry_with_beams`, a window
         whose greedy tokens fail Whisper's checks is left out instead of decoded again with beams
-        (a draft that a later decoding replaces anyway)."""
+        (a draft that a later decoding replaces anyway). A window that says a phrase three times
+        in a row fails the checks too (`FallbackOptions.loop_phrase_words`): a turn's loop is too
+        short for the compression ratio to tell."""
         trimmed = copy.copy(self)
+        trimmed.fallback = dataclasses.replace(self.fallback, loop_phrase_words=TRIMMED_LOOP_PHRASE_WORDS)
         trimmed.encoder_margin_s = margin_s
         trimmed.max_tokens_per_s = TRIMMED_TOKENS_PER_S
         trimmed.retry_with_beams = retry_with_beams
