@@ -60,3 +60,19 @@ def test_a_turns_words_leave_out_the_context_and_the_squeezed_repeats() -> None:
     # Decoded on its own (no context), a transcript without squeezed repeats is kept as it is.
     alone = Transcript("And it's great joy.", (chunk(*said),), duration_s=2.0)
     assert turn_words(alone, 0.0) is alone
+
+
+def test_a_decoding_that_starts_into_the_turn_has_its_times_moved_to_the_turns_start() -> None:
+    # A short turn decoded again from its speech's start (0.7 s after the lookback's start).
+    from whosaid.results import Chunk, Transcript, Word
+    from whosaid.server.realtime import turn_words
+
+    words = (Word(" Oh", 0.1, 0.3, 0.9), Word(" yeah.", 0.3, 0.6, 0.9))
+    heard = Transcript("Oh yeah.", (Chunk(0.1, 0.6, " Oh yeah.", words),), duration_s=1.0)
+    turn = turn_words(heard, -0.7)
+    assert turn.text == "Oh yeah."
+    assert [(word.text, round(word.start_s, 6), round(word.end_s, 6)) for word in turn.chunks[0].words] == [
+        (" Oh", 0.8, 1.0),
+        (" yeah.", 1.0, 1.3),
+    ]
+    assert (round(turn.chunks[0].start_s, 6), round(turn.chunks[0].end_s, 6)) == (0.8, 1.3)

@@ -117,12 +117,17 @@ class Turn:
     end_s: Optional[float] = None  # set when committed
     samples: Optional[np.ndarray] = None  # set when committed
     speech_end_s: Optional[float] = None  # the end of its last speech, when the VAD knows it
+    speech_start_s: Optional[float] = None  # its speech's start less the prefix padding (VAD turns)
     hypothesis: Optional[Hypothesis] = None  # the last one
     hypothesis_end_s: float = 0.0  # where the last one started (or finished) ends
     pause_end_s: Optional[float] = None  # where the last one ends, when made at a pause
 
     def pause_hypothesis_ends_near(self, end_s: float) -> bool:
         return self.pause_end_s is not None and abs(end_s - self.pause_end_s) <= PAUSE_END_TOLERANCE_S
+
+    def speech_offset_s(self) -> float:
+        """Where the speech starts in the turn's audio (0 where the audio reaches no further back)."""
+        return 0.0 if self.speech_start_s is None else max(self.speech_start_s - self.start_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -363,7 +368,7 @@ class RealtimeSession:
             self.live_turn = self._new_turn(self.buffer.start_s)
         for buffer_event in self.buffer.append(samples):
             if buffer_event.kind == "speech_started":
-                self.live_turn = self._new_turn(buffer_event.audio_start_s)
+                self.live_turn = self._new_turn(buffer_event.audio_start_s, buffer_event.time_s)
                 await self.send(
                     "input_audio_buffer.speech_started",
                     audio_start_ms=_ms(buffer_event.time_s),
@@ -407,8 +412,13 @@ class RealtimeSession:
             return pause_end_s if pause_end_s > self.buffer.last_speech_end_s else heard_end_s
         return heard_end_s
 
-    def _new_turn(self, start_s: float) -> Turn:
-        return Turn(item_id=new_id("item"), start_s=start_s, previous_item_id=self.last_item_id)
+    def _new_turn(self, start_s: float, speech_start_s: Optional[float] = None) -> Turn:
+        return Turn(
+            item_id=new_id("item"),
+            start_s=start_s,
+            previous_item_id=self.last_item_id,
+            speech_start_s=speech_start_s,
+        )
 
     async def _commit(self, end_s: Optional[float]) -> None:
         turn = self.live_turn
@@ -498,7 +508,8 @@ class RealtimeSession:
         speakers = None
         try:
             if at_pause:
-                transcript = await self._job(lambda stop: self._recognise(samples, config, stop))
+                speech_s = turn.speech_offset_s()
+                transcript = await self._job(lambda stop: self._recognise(samples, config, stop, speech_s=speech_s))
             else:
                 transcript = await self._job(lambda stop: self._draft(samples, config, stop))
         except SupersededError:
@@ -528,17 +539,18 @@ class RealtimeSession:
 
     async def _finish(self, turn: Turn) -> None:
         assert turn.samples is not None and turn.end_s is not None
-        samples, config = turn.samples, self.inference_config
-        hypothesis = turn.hypothesis
+        samples, config, speech_s = turn.samples, self.inference_config, turn.speech_offset_s()
+        final = turn.hypothesis
+        if final is not None and not final.final_for(turn, config, self.context_version):
+            final = None
         try:
-            if hypothesis is not None and hypothesis.final_for(turn, config, self.context_version):
-                if hypothesis.at_pause and hypothesis.speakers is not None:
-                    transcript, turn_speakers = hypothesis.transcript, hypothesis.speakers
-                else:
-                    reused = hypothesis.transcript
-                    transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, reused, stop))
+            if final is not None and final.at_pause and final.speakers is not None:
+                transcript, turn_speakers = final.transcript, final.speakers
             else:
-                transcript, turn_speakers = await self._job(lambda stop: self._final(samples, config, None, stop))
+                reused = None if final is None else final.transcript
+                transcript, turn_speakers = await self._job(
+                    lambda stop: self._final(samples, config, reused, stop, speech_s)
+                )
         except (WhosaidError, ApiError) as error:
             status, code = _status_and_code(error)
             await self.send(
@@ -575,21 +587,33 @@ class RealtimeSession:
         )
 
     def _recognise(
-        self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal, *, draft: bool = False
+        self,
+        samples: np.ndarray,
+        config: InferenceConfig,
+        stop: StopSignal,
+        *,
+        draft: bool = False,
+        speech_s: float = 0.0,
     ) -> Transcript:
         """The turn's transcript, decoded after up to ASR_CONTEXT_S of the session's earlier
         speech (as a file's window holds the sentence before): a turn cut at a pause in
         mid-sentence is heard as the sentence's continuation. Where no word lies in the turn
         (Whisper took a short turn for the end of the sentence before, or skipped it), the turn is
-        decoded again on its own. A `draft` (a hypothesis before a pause) is decoded on its own,
-        greedy: a fraction of the cost, and a later hypothesis replaces it."""
+        decoded again on its own; where still none does, from `speech_s` on (its speech's start
+        less the prefix padding): the audio the lookback adds before a backchannel ("Oh yeah", 0.7
+        s) can be enough for Whisper to hear no speech. A `draft` (a hypothesis before a pause) is
+        decoded on its own, greedy: a fraction of the cost, and a later hypothesis replaces it."""
         if draft:
             return turn_words(self.drafts.transcribe(Audio(samples), config, should_stop=stop), 0.0)
         context = self.recent_audio
         heard = self.asr.transcribe(Audio(np.concatenate([context, samples])), config, should_stop=stop)
         transcript = turn_words(heard, context.size / RATE)
         if context.size and not transcript.chunks:
-            return turn_words(self.asr.transcribe(Audio(samples), config, should_stop=stop), 0.0)
+            transcript = turn_words(self.asr.transcribe(Audio(samples), config, should_stop=stop), 0.0)
+        speech = int(round(speech_s * RATE))
+        if speech and not transcript.chunks:
+            speech_alone = self.asr.transcribe(Audio(samples[speech:]), config, should_stop=stop)
+            transcript = turn_words(speech_alone, -speech / RATE)
         return transcript
 
     def _draft(self, samples: np.ndarray, config: InferenceConfig, stop: StopSignal) -> Transcript:
@@ -606,11 +630,16 @@ class RealtimeSession:
         self.context_version += 1
 
     def _final(
-        self, samples: np.ndarray, config: InferenceConfig, reused: Optional[Transcript], stop: StopSignal
+        self,
+        samples: np.ndarray,
+        config: InferenceConfig,
+        reused: Optional[Transcript],
+        stop: StopSignal,
+        speech_s: float = 0.0,
     ) -> tuple[Transcript, Optional[TurnSpeakers]]:
         """A committed turn's transcript (the last hypothesis when it covered the whole turn)
         and who spoke which part of it."""
-        transcript = reused if reused is not None else self._recognise(samples, config, stop)
+        transcript = reused if reused is not None else self._recognise(samples, config, stop, speech_s=speech_s)
         return transcript, self._speakers(samples, transcript, config, stop)
 
     def _speakers(
@@ -665,7 +694,8 @@ class RealtimeSession:
 def turn_words(heard: Transcript, offset_s: float) -> Transcript:
     """The words of a decoding that are the turn's, which starts at `offset_s`: from the first
     whose middle lies after that, without the repeats Whisper squeezed in where the audio
-    ends (whosaid.live.repeats), with times from the turn's start."""
+    ends (whosaid.live.repeats), with times from the turn's start. A negative `offset_s`: the
+    decoding started that far into the turn."""
     words = [(number, word) for number, chunk in enumerate(heard.chunks) for word in chunk.words]
     dropped = crammed_repeats([(word.text, word.start_s, word.end_s) for _, word in words])
     words = [pair for index, pair in enumerate(words) if index not in dropped]
