@@ -24,6 +24,8 @@ import difflib
 import re
 from typing import Optional, Sequence
 
+from whosaid.recognition.greedy import third_time_start
+
 #: Each word of a hypothesis's text (split on spaces): its (start, end) in seconds from the turn's start.
 WordTimes = Sequence[tuple[float, float]]
 
@@ -47,13 +49,7 @@ def normalised(word: str) -> str:
 def loop_start(words: list[str]) -> int:
     """Where the third time in a row of a phrase of at most LOOP_PHRASE_WORDS words begins in
     `words` (compared as `normalised`); len(words) when no phrase repeats so."""
-    plain = [normalised(word) for word in words]
-    for start in range(len(plain)):
-        for size in range(1, LOOP_PHRASE_WORDS + 1):
-            phrase = plain[start : start + size]
-            if len(phrase) == size and plain[start + size : start + 3 * size] == phrase * 2:
-                return start + 2 * size
-    return len(plain)
+    return third_time_start([normalised(word) for word in words], LOOP_PHRASE_WORDS, shortest=1)
 
 
 class StablePrefix:

@@ -83,16 +83,22 @@ def is_repetitive(text: str, options: FallbackOptions) -> bool:
     return compression_ratio(text) > options.compression_ratio_threshold
 
 
+def third_time_start(words: Sequence[str], longest: int, shortest: int = 2) -> int:
+    """Where, in `words` (compared as they are), the third time in a row of a phrase of
+    `shortest` to `longest` words begins, at the earliest; len(words) when none does."""
+    for start in range(len(words)):
+        for size in range(shortest, longest + 1):
+            phrase = list(words[start : start + size])
+            if len(phrase) == size and list(words[start + size : start + 3 * size]) == phrase * 2:
+                return start + 2 * size
+    return len(words)
+
+
 def says_a_phrase_thrice(text: str, longest: int) -> bool:
     """Whether `text` says a phrase of 2 to `longest` words three times in a row (words compared
     without case and punctuation). A word said three times ("no, no, no") is not counted."""
     words = ["".join(character for character in word.lower() if character.isalnum()) for word in text.split()]
-    for size in range(2, longest + 1):
-        for start in range(len(words) - 3 * size + 1):
-            phrase = words[start : start + size]
-            if words[start + size : start + 3 * size] == phrase * 2:
-                return True
-    return False
+    return third_time_start(words, longest) < len(words)
 
 
 def needs_fallback(result: WindowTokens, text: str, options: FallbackOptions) -> bool:
